@@ -1,0 +1,24 @@
+"""Test a checkpoint on the test set: ``python eval.py ckpt_path=<file> [key=value ...]``."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mnistlab.checks import InputError
+from mnistlab.tasks import evaluate
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="eval")
+def main(cfg: DictConfig) -> None:
+    try:
+        evaluate(cfg)
+    except InputError as err:
+        raise SystemExit(f"Error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""MNIST classifier template: Lightning for the loop, Hydra for the configuration."""

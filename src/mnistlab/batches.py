@@ -1,0 +1,114 @@
+"""Batches served straight from memory: whole-batch indexing, sharded across ranks, resumable.
+
+A ``DataLoader`` over a map-style dataset builds every batch from per-sample ``__getitem__``
+calls and a collate; for a data set that sits in memory as one tensor that is most of an
+epoch's time. Here a batch is one indexing operation on that tensor, on the model's device.
+"""
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from mnistlab.checks import InputError
+
+PAD_LABEL = -100
+"""Label of padding rows: torch's default ``ignore_index``, so they count in no loss and no metric."""
+
+
+class ShardedOrder:
+    """Which samples each rank gets at each step: the sampler of :class:`InMemoryLoader`.
+
+    Each step consumes one *global* batch of ``batch_size`` samples from one ordering of the data
+    set, shuffled from ``seed + epoch`` and identical on every rank. Rank ``r`` takes positions
+    ``r, r + world_size, ...`` of it, so shards never overlap and together they are exactly the
+    batch one process would see. The last global batch is padded (index -1) rather than filled
+    with repeated samples: every rank runs the same number of steps on the same shape, and every
+    sample counts exactly once.
+    """
+
+    def __init__(
+        self,
+        num_samples: int,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if batch_size < 1 or batch_size % world_size:
+            raise InputError(
+                f"data.batch_size={batch_size} is the global batch (all devices of all nodes) and must be a "
+                f"positive multiple of the world size {world_size} (trainer.devices x trainer.num_nodes)"
+            )
+        assert 0 <= rank < world_size, f"rank {rank} outside world of {world_size}"
+        self.num_samples, self.batch_size = num_samples, batch_size
+        self.rank, self.world_size = rank, world_size
+        self.shuffle, self.seed = shuffle, seed
+        self.epoch = 0
+        self.start = 0  # first step of the epoch to serve: non-zero only when resuming mid-epoch
+
+    def __len__(self) -> int:
+        return math.ceil(self.num_samples / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning before each epoch; a new epoch starts from its first step."""
+        if epoch != self.epoch:
+            self.epoch, self.start = epoch, 0
+
+    def indices(self) -> Tensor:
+        """This rank's sample indices for the epoch, shape (steps, batch_size // world_size); -1 pads."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.num_samples, generator=generator)
+        else:
+            order = torch.arange(self.num_samples)
+        padded = torch.full((len(self) * self.batch_size,), -1, dtype=torch.long)
+        padded[: self.num_samples] = order
+        return padded.view(len(self), -1, self.world_size)[:, :, self.rank].contiguous()
+
+
+class InMemoryLoader:
+    """An iterable of ``(inputs, targets)`` batches for Lightning, with the state to resume mid-epoch.
+
+    ``inputs`` and ``targets`` hold the whole split on the device the model runs on; ``transform``
+    turns an indexed batch of raw inputs into the model's input. Padding rows carry
+    :data:`PAD_LABEL`.
+    """
+
+    def __init__(
+        self,
+        inputs: Tensor,
+        targets: Tensor,
+        sampler: ShardedOrder,
+        transform: Callable[[Tensor], Tensor],
+    ) -> None:
+        assert len(inputs) == len(targets) == sampler.num_samples
+        self.inputs, self.targets = inputs, targets
+        self.sampler = sampler  # the attribute name Lightning looks for to call ``set_epoch``
+        self.batch_sampler = None  # Lightning reads it wherever it finds a ``sampler``
+        self.transform = transform
+        self.served = 0  # steps of the current epoch handed out so far
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        # A generator: the order is drawn at the first ``next``, after Lightning has set the epoch.
+        rows = self.sampler.indices().to(self.inputs.device)
+        padding = rows < 0
+        rows = rows.clamp(min=0)
+        targets = self.targets[rows].masked_fill(padding, PAD_LABEL)
+        start, self.sampler.start = self.sampler.start, 0
+        for step in range(start, len(rows)):
+            self.served = step + 1
+            yield self.transform(self.inputs[rows[step]]), targets[step]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.sampler.epoch, "served": self.served, "seed": self.sampler.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sampler.epoch, self.sampler.seed = state["epoch"], state["seed"]
+        self.sampler.start = self.served = state["served"]

@@ -1,0 +1,28 @@
+"""Refusing bad user input early, with a message that says what to change."""
+
+from collections.abc import Mapping
+
+import torch
+from omegaconf import DictConfig
+
+
+class InputError(ValueError):
+    """A wrong override, a missing or corrupt file: the user's to fix, so entry points print one line."""
+
+
+def check_devices(cfg: DictConfig) -> None:
+    """Refuse GPU-only settings on a machine without a GPU, before any process starts."""
+    if torch.cuda.is_available():
+        return
+    accelerator = str(cfg.trainer.get("accelerator", "auto"))
+    if accelerator in ("gpu", "cuda"):
+        raise InputError(
+            f"trainer.accelerator={accelerator} needs a CUDA GPU and this machine has none; "
+            "use trainer.accelerator=cpu (or auto)"
+        )
+    strategy = cfg.trainer.get("strategy")
+    if isinstance(strategy, Mapping) and strategy.get("process_group_backend") == "nccl":
+        raise InputError(
+            "the nccl backend (strategy=ddp_nccl) needs CUDA GPUs and this machine has none; "
+            "use strategy=ddp (gloo on CPU) or strategy=ddp_gloo"
+        )

@@ -1,0 +1,129 @@
+"""MNIST as a ``LightningDataModule``: the official 60k/10k split, decoded once, served from memory."""
+
+import functools
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from mnistlab.batches import InMemoryLoader, ShardedOrder
+from mnistlab.checks import InputError
+
+# The four files of torchvision's layout (<data_dir>/MNIST/raw/) and their exact sizes in bytes:
+# an IDX header (magic number and dimensions) followed by one byte per pixel or label.
+FILES = {
+    "train-images-idx3-ubyte": 16 + 60_000 * 28 * 28,
+    "train-labels-idx1-ubyte": 8 + 60_000,
+    "t10k-images-idx3-ubyte": 16 + 10_000 * 28 * 28,
+    "t10k-labels-idx1-ubyte": 8 + 10_000,
+}
+
+
+def normalize(images: Tensor, mean: float, std: float) -> Tensor:
+    """uint8 images (batch, 28, 28) -> float (batch, 1, 28, 28), standardised."""
+    return images.unsqueeze(1).float().sub_(mean * 255).div_(std * 255)
+
+
+class MNISTDataModule(L.LightningDataModule):
+    """Train/val split out of the 60,000 training images (seeded, the same on every rank and run);
+    the official 10,000 test images as the test set."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        batch_size: int = 64,
+        val_size: int = 5_000,
+        split_seed: int = 12345,
+        shuffle_seed: int = 0,
+        mean: float = 0.1307,
+        std: float = 0.3081,
+        download: bool = True,
+    ) -> None:
+        super().__init__()
+        if not 0 < val_size < 60_000:
+            raise InputError(f"data.val_size={val_size} must be between 1 and 59,999 (of 60,000 training images)")
+        self.raw_dir = Path(data_dir) / "MNIST" / "raw"
+        self.batch_size, self.val_size, self.split_seed = batch_size, val_size, split_seed
+        self.shuffle_seed, self.download = shuffle_seed, download
+        self.transform = functools.partial(normalize, mean=mean, std=std)
+        self.loaders: dict[str, InMemoryLoader] = {}
+
+    def prepare_data(self) -> None:
+        """Runs once per node (Lightning's rule): download when missing, then check the files."""
+        missing = [name for name in FILES if not (self.raw_dir / name).is_file()]
+        if missing and self.download:
+            from torchvision.datasets import MNIST
+
+            try:
+                for train in (True, False):
+                    MNIST(self.raw_dir.parent.parent, train=train, download=True)
+            except (OSError, RuntimeError) as err:
+                raise InputError(self._missing_message(missing, f"the download failed: {err}")) from err
+        elif missing:
+            raise InputError(self._missing_message(missing, "data.download is false"))
+        self._check_sizes()
+
+    def setup(self, stage: str) -> None:
+        """Runs on every rank: decode the needed splits into memory and shard them for this rank."""
+        if stage in ("fit", "validate") and "val" not in self.loaders:
+            images, labels = self._read(train=True)
+            generator = torch.Generator().manual_seed(self.split_seed)
+            split = torch.randperm(len(labels), generator=generator)
+            train, val = split[: -self.val_size], split[-self.val_size :]
+            self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
+            self.loaders["val"] = self._loader(images[val], labels[val], shuffle=False)
+        if stage in ("test", "predict") and "test" not in self.loaders:
+            self.loaders["test"] = self._loader(*self._read(train=False), shuffle=False)
+
+    def train_dataloader(self) -> InMemoryLoader:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> InMemoryLoader:
+        return self.loaders["val"]
+
+    def test_dataloader(self) -> InMemoryLoader:
+        return self.loaders["test"]
+
+    def predict_dataloader(self) -> InMemoryLoader:
+        return self.loaders["test"]
+
+    def _loader(self, images: Tensor, labels: Tensor, shuffle: bool) -> InMemoryLoader:
+        trainer = self.trainer
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        device = trainer.strategy.root_device if trainer else torch.device("cpu")
+        order = ShardedOrder(len(labels), self.batch_size, rank, world_size, shuffle, self.shuffle_seed)
+        return InMemoryLoader(images.to(device), labels.to(device), order, self.transform)
+
+    def _read(self, train: bool) -> tuple[Tensor, Tensor]:
+        self._check_sizes()
+        from torchvision.datasets import MNIST
+
+        try:
+            dataset = MNIST(self.raw_dir.parent.parent, train=train, download=False)
+        except (AssertionError, RuntimeError, TypeError, ValueError) as err:
+            split = "train" if train else "t10k"
+            raise InputError(
+                f"cannot decode the MNIST {split} files in {self.raw_dir} ({err!r}); "
+                "delete them to download them again, or replace them by hand"
+            ) from err
+        return dataset.data, dataset.targets
+
+    def _check_sizes(self) -> None:
+        for name, size in FILES.items():
+            path = self.raw_dir / name
+            if not path.is_file():
+                raise InputError(self._missing_message([name], "it is not there"))
+            if (found := path.stat().st_size) != size:
+                raise InputError(
+                    f"{path} has {found:,} bytes where MNIST's has {size:,}: the file is truncated or is not "
+                    "MNIST; delete it to download it again, or replace it by hand"
+                )
+
+    def _missing_message(self, missing: list[str], why: str) -> str:
+        return (
+            f"MNIST is missing from {self.raw_dir} ({why}): {', '.join(missing)}. Place the four files "
+            f"{', '.join(FILES)} there by hand (the uncompressed IDX files, from the gzip files published "
+            "by Yann LeCun or any mirror of them), or point paths.data_dir (or the DATA_DIR environment "
+            "variable) at a folder holding MNIST/raw/ with them"
+        )

@@ -1,0 +1,105 @@
+"""The ``LightningModule``: loss, metrics and optimisation around an injected network."""
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MaxMetric, MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from mnistlab.batches import PAD_LABEL
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
+
+
+class Classifier(L.LightningModule):
+    """Cross-entropy classification. Metrics are torchmetrics objects: they accumulate on each rank
+    and reduce across ranks once, when an epoch's value is computed."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer: OptimizerFactory,
+        scheduler: SchedulerFactory | None = None,
+        scheduler_interval: str = "epoch",
+        num_classes: int = 10,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        # Only plain values go into the checkpoint's hyper-parameters, so it loads with
+        # weights_only=True; the network's and optimizer's settings travel in ``config``.
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
+        self.net = net
+        self.make_optimizer, self.make_scheduler = optimizer, scheduler
+        self.config: dict[str, Any] | None = None  # the run's resolved config, stored in checkpoints
+        self.train_loss = MeanMetric()
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
+        accuracy = dict(num_classes=num_classes, ignore_index=PAD_LABEL, validate_args=False)
+        self.val_acc, self.test_acc = MulticlassAccuracy(**accuracy), MulticlassAccuracy(**accuracy)
+        self.val_acc_best = MaxMetric()
+
+    def setup(self, stage: str) -> None:
+        if self.hparams.compile:
+            self.net.compile()  # in place: the state_dict keys stay those of the plain network
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        losses = F.cross_entropy(self(x), y, reduction="none")  # padding rows (PAD_LABEL) give 0
+        real = y != PAD_LABEL
+        self.train_loss.update(losses, weight=real)
+        # The sum over real rows divided by the full batch: every sample of an epoch weighs the same,
+        # and the average over ranks that DDP takes equals one process's loss on the global batch.
+        loss = losses.sum() / y.numel()
+        # This rank's value, for the progress bar and the live curve; no cross-rank sync per step.
+        self.log("train/batch_loss", loss, prog_bar=True)
+        self.log("train/loss", self.train_loss, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.val_loss, self.val_acc)
+        self.log("val/loss", self.val_loss, prog_bar=True)
+        self.log("val/acc", self.val_acc, prog_bar=True)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.test_loss, self.test_acc)
+        self.log("test/loss", self.test_loss)
+        self.log("test/acc", self.test_acc)
+
+    def predict_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self(batch[0]).argmax(dim=1)
+
+    def _evaluate(self, batch: tuple[Tensor, Tensor], loss: MeanMetric, acc: MulticlassAccuracy) -> None:
+        x, y = batch
+        logits = self(x)
+        loss.update(F.cross_entropy(logits, y, reduction="none"), weight=y != PAD_LABEL)
+        acc.update(logits, y)
+
+    def on_train_start(self) -> None:
+        # The sanity check before training ran validation on a few batches; forget it.
+        for metric in (self.val_loss, self.val_acc, self.val_acc_best):
+            metric.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self.val_acc_best.update(self.val_acc.compute())
+        self.log("val/acc_best", self.val_acc_best.compute())
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = self.make_optimizer(self.parameters())
+        if self.make_scheduler is None:
+            return {"optimizer": optimizer}
+        scheduler = self.make_scheduler(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": self.hparams.scheduler_interval, "monitor": "val/loss"},
+        }
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.config is not None:
+            checkpoint["config"] = self.config

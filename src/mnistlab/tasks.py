@@ -1,0 +1,85 @@
+"""What the entry points do, as pure functions of a composed config: ``train`` and ``evaluate``."""
+
+import logging
+import pickle
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from mnistlab.checks import InputError, check_devices
+
+log = logging.getLogger(__name__)
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
+    check_devices(cfg)
+    L.seed_everything(cfg.seed, workers=True)
+    datamodule, model, trainer = _build(cfg)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    metrics = _floats(trainer.callback_metrics)
+    if cfg.get("test", True):
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        if not best:
+            log.warning("No checkpoint was saved (fast_dev_run, or no ModelCheckpoint): testing the last weights")
+        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
+        metrics |= _floats(trainer.callback_metrics)
+        log.info("Tested %s: %s", best or "the last weights", _describe(metrics, "test/"))
+    return metrics
+
+
+def evaluate(cfg: DictConfig) -> dict[str, float]:
+    """Test the checkpoint ``cfg.ckpt_path`` on the test set; return the test metrics."""
+    check_devices(cfg)
+    checkpoint = _load_checkpoint(Path(cfg.ckpt_path))
+    datamodule, model, trainer = _build(cfg)
+    try:
+        model.load_state_dict(checkpoint["state_dict"])
+    except RuntimeError as err:
+        raise InputError(
+            f"the weights in {cfg.ckpt_path} do not fit the configured model; evaluate with the model "
+            f"overrides the run was trained with (its checkpoint keeps them under 'config'): {err}"
+        ) from err
+    trainer.test(model, datamodule=datamodule)
+    metrics = _floats(trainer.callback_metrics)
+    log.info("Evaluated %s: %s", cfg.ckpt_path, _describe(metrics, "test/"))
+    return metrics
+
+
+def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
+    datamodule = instantiate(cfg.data)
+    model = instantiate(cfg.model)
+    # Plain containers only: checkpoints must load with torch.load(weights_only=True).
+    job_keys = [key for key in cfg if key != "hydra"]  # tests compose with Hydra's own config included
+    model.config = OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
+    # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
+    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    for logger in trainer.loggers:
+        logger.log_hyperparams(model.config)
+    return datamodule, model, trainer
+
+
+def _load_checkpoint(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError(f"ckpt_path={path}: no such file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
+        raise InputError(f"ckpt_path={path} is not a readable checkpoint (truncated or not one): {err}") from err
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise InputError(f"ckpt_path={path} holds no 'state_dict': not a Lightning checkpoint")
+    return checkpoint
+
+
+def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    return {name: float(value) for name, value in metrics.items()}
+
+
+def _describe(metrics: dict[str, float], prefix: str) -> str:
+    return ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(prefix))

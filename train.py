@@ -1,0 +1,25 @@
+"""Train, then test the best checkpoint: ``python train.py [key=value ...]`` (see conf/train.yaml)."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mnistlab.checks import InputError
+from mnistlab.tasks import train
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    try:
+        metrics = train(cfg)
+    except InputError as err:
+        raise SystemExit(f"Error: {err}") from None
+    return metrics.get(cfg.get("optimized_metric"))  # what a sweeper (e.g. Optuna) optimises
+
+
+if __name__ == "__main__":
+    main()
