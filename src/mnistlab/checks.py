@@ -17,8 +17,8 @@ def check_devices(cfg: DictConfig) -> None:
     accelerator = str(cfg.trainer.get("accelerator", "auto"))
     if accelerator in ("gpu", "cuda"):
         raise InputError(
-            f"trainer.accelerator={accelerator} needs a CUDA GPU and this machine has none; "
-            "use trainer.accelerator=cpu (or auto)"
+            f"trainer.accelerator={accelerator} (also set by strategy=ddp_nccl and strategy=fsdp) needs a CUDA GPU "
+            "and this machine has none; use trainer.accelerator=cpu, with strategy=ddp for several processes"
         )
     strategy = cfg.trainer.get("strategy")
     if isinstance(strategy, Mapping) and strategy.get("process_group_backend") == "nccl":

@@ -68,13 +68,17 @@ class MNISTDataModule(L.LightningDataModule):
         """Runs on every rank: decode the needed splits into memory and shard them for this rank."""
         if stage in ("fit", "validate") and "val" not in self.loaders:
             images, labels = self._read(train=True)
-            generator = torch.Generator().manual_seed(self.split_seed)
-            split = torch.randperm(len(labels), generator=generator)
-            train, val = split[: -self.val_size], split[-self.val_size :]
+            train, val = self.split_indices()
             self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
             self.loaders["val"] = self._loader(images[val], labels[val], shuffle=False)
         if stage in ("test", "predict") and "test" not in self.loaders:
             self.loaders["test"] = self._loader(*self._read(train=False), shuffle=False)
+
+    def split_indices(self) -> tuple[Tensor, Tensor]:
+        """Indices of the training images used for training and for validation."""
+        generator = torch.Generator().manual_seed(self.split_seed)
+        split = torch.randperm(60_000, generator=generator)
+        return split[: -self.val_size], split[-self.val_size :]
 
     def train_dataloader(self) -> InMemoryLoader:
         return self.loaders["train"]

@@ -38,7 +38,7 @@ class Classifier(L.LightningModule):
         self.config: dict[str, Any] | None = None  # the run's resolved config, stored in checkpoints
         self.train_loss = MeanMetric()
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
-        accuracy = dict(num_classes=num_classes, ignore_index=PAD_LABEL, validate_args=False)
+        accuracy = dict(num_classes=num_classes, average="micro", ignore_index=PAD_LABEL, validate_args=False)
         self.val_acc, self.test_acc = MulticlassAccuracy(**accuracy), MulticlassAccuracy(**accuracy)
         self.val_acc_best = MaxMetric()
 
@@ -88,7 +88,8 @@ class Classifier(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self.val_acc_best.update(self.val_acc.compute())
-        self.log("val/acc_best", self.val_acc_best.compute())
+        # Already equal on every rank (val_acc is reduced); sync_dist only tells Lightning so.
+        self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = self.make_optimizer(self.parameters())

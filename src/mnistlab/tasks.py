@@ -7,6 +7,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -35,6 +36,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test the checkpoint ``cfg.ckpt_path`` on the test set; return the test metrics."""
     check_devices(cfg)
+    if OmegaConf.is_missing(cfg, "ckpt_path"):
+        raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = _load_checkpoint(Path(cfg.ckpt_path))
     datamodule, model, trainer = _build(cfg)
     try:
@@ -59,7 +62,10 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
-    trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    try:
+        trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
+    except InstantiationException as err:  # Lightning refused a combination of trainer settings
+        raise InputError(f"invalid trainer settings: {err.__cause__ or err}") from err
     for logger in trainer.loggers:
         logger.log_hyperparams(model.config)
     return datamodule, model, trainer

@@ -1,0 +1,97 @@
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.utils import instantiate
+from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
+from omegaconf import OmegaConf
+
+from mnistlab.checks import InputError, check_devices
+from mnistlab.tasks import train
+
+from conftest import ROOT, compose_config
+
+CONF = ROOT / "conf"
+GROUPS = ["data", "model", "model/scheduler", "trainer", "strategy", "callbacks", "logger", "paths", "debug", "experiment"]
+NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without a GPU")
+
+
+def options(group: str) -> list[str]:
+    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+@pytest.mark.parametrize("entry", ["train", "eval"])
+def test_every_option_composes_and_resolves(entry: str, group: str, option: str, tmp_path: Path) -> None:
+    extra = ["ckpt_path=some.ckpt"] if entry == "eval" else []
+    cfg = compose_config(entry, tmp_path, [f"{group}={option}", *extra])
+    resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+    assert resolved["data"]["batch_size"] > 0 and resolved["trainer"]["max_epochs"] >= 1
+
+
+def test_every_group_and_option_is_covered() -> None:
+    groups = {str(p.parent.relative_to(CONF)) for p in CONF.rglob("*.yaml") if p.parent != CONF}
+    assert groups == set(GROUPS) | {"hydra"}
+
+
+CPU_STRATEGIES = [
+    # option, overrides, strategy class, backend, start method, devices, nodes
+    ("auto", [], SingleDeviceStrategy, None, None, 1, 1),
+    ("auto", ["trainer.devices=2"], DDPStrategy, "gloo", "popen", 2, 1),
+    ("ddp", ["trainer.devices=4"], DDPStrategy, "gloo", "popen", 4, 1),
+    ("ddp", ["trainer.devices=2", "trainer.num_nodes=3"], DDPStrategy, "gloo", "popen", 2, 3),
+    ("ddp_gloo", ["trainer.devices=2"], DDPStrategy, "gloo", "popen", 2, 1),
+    ("ddp_spawn", ["trainer.devices=2"], DDPStrategy, "gloo", "spawn", 2, 1),
+]
+
+
+@pytest.mark.parametrize("option,overrides,cls,backend,start,devices,nodes", CPU_STRATEGIES)
+def test_strategy_builds_the_intended_trainer(option, overrides, cls, backend, start, devices, nodes, tmp_path) -> None:
+    cfg = compose_config("train", tmp_path, [f"strategy={option}", *overrides])
+    check_devices(cfg)
+    trainer = instantiate(cfg.trainer)  # builds only: no process starts before fit
+    strategy = trainer.strategy
+    assert type(strategy) is cls
+    assert (trainer.num_devices, trainer.num_nodes, trainer.world_size) == (devices, nodes, devices * nodes)
+    if cls is DDPStrategy:
+        assert strategy._get_process_group_backend() == backend
+        assert strategy._start_method == start
+        assert strategy._timeout.total_seconds() == 1800
+
+
+@pytest.mark.parametrize("option,cls,backend", [("ddp_nccl", DDPStrategy, "nccl"), ("fsdp", FSDPStrategy, None)])
+def test_gpu_strategies_are_configured_for_gpus(option: str, cls: type, backend: str | None, tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, [f"strategy={option}", "trainer.accelerator=gpu", "trainer.devices=2"])
+    assert cfg.trainer.accelerator == "gpu"
+    strategy = instantiate(cfg.trainer.strategy)
+    assert type(strategy) is cls and strategy.process_group_backend == backend
+
+
+@NO_GPU
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["trainer.accelerator=gpu"], "trainer.accelerator=gpu .* needs a CUDA GPU"),
+        (["strategy=ddp_nccl", "trainer.accelerator=cpu"], "nccl backend .* needs CUDA GPUs"),
+        (["strategy=fsdp", "trainer.accelerator=cpu"], "invalid trainer settings: .*fsdp.* requires a GPU"),
+    ],
+)
+def test_gpu_only_settings_are_refused_without_a_gpu(overrides: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=message):
+        train(compose_config("train", tmp_path, overrides))
+
+
+@pytest.mark.parametrize("scheduler,cls", [("cosine", "CosineAnnealingLR"), ("plateau", "ReduceLROnPlateau")])
+def test_scheduler_group_plugs_into_the_optimizer(scheduler: str, cls: str, tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, [f"model/scheduler={scheduler}", "model.optimizer.lr=0.01"])
+    optimizers = instantiate(cfg.model).configure_optimizers()
+    assert optimizers["optimizer"].param_groups[0]["lr"] == 0.01
+    assert type(optimizers["lr_scheduler"]["scheduler"]).__name__ == cls
+
+
+def test_paths_follow_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DATA_DIR", "/somewhere/mnist")
+    cfg = compose_config("train", tmp_path)
+    assert cfg.data.data_dir == "/somewhere/mnist"
+    monkeypatch.delenv("DATA_DIR")
+    assert compose_config("train", tmp_path).data.data_dir == f"{ROOT}/data"

@@ -1,0 +1,144 @@
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnistlab.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
+from mnistlab.checks import InputError
+from mnistlab.data import FILES, MNISTDataModule
+
+from conftest import DATA_DIR
+
+
+@pytest.fixture(scope="module")
+def datamodule() -> MNISTDataModule:
+    dm = MNISTDataModule(DATA_DIR, batch_size=64)
+    dm.prepare_data()
+    dm.setup("fit")
+    dm.setup("test")
+    return dm
+
+
+def test_official_split_sizes_and_no_overlap(datamodule: MNISTDataModule) -> None:
+    train, val = datamodule.split_indices()
+    assert (len(train), len(val)) == (55_000, 5_000)
+    assert len(set(train.tolist()) | set(val.tolist())) == 60_000
+    assert datamodule.loaders["test"].sampler.num_samples == 10_000
+    # Seeded: every rank and every run draws the same split.
+    again = MNISTDataModule(DATA_DIR).split_indices()
+    assert torch.equal(train, again[0]) and torch.equal(val, again[1])
+
+
+def test_batches_are_normalised_float_images_with_int_labels(datamodule: MNISTDataModule) -> None:
+    x, y = next(iter(datamodule.train_dataloader()))
+    assert x.dtype == torch.float32 and x.shape == (64, 1, 28, 28)
+    assert y.dtype == torch.int64 and y.shape == (64,) and 0 <= y.min() and y.max() <= 9
+    lowest, highest = -0.1307 / 0.3081, (1 - 0.1307) / 0.3081
+    assert x.min() >= lowest - 1e-5 and x.max() <= highest + 1e-5
+    assert len(datamodule.train_dataloader()) == 860  # ceil(55,000 / 64)
+
+
+def test_every_test_image_is_served_once(datamodule: MNISTDataModule) -> None:
+    labels = torch.cat([y for _, y in datamodule.test_dataloader()])
+    real = labels[labels != PAD_LABEL]
+    assert len(real) == 10_000
+    assert torch.equal(real, datamodule.loaders["test"].targets)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_shards_partition_each_global_batch(world_size: int) -> None:
+    num_samples, batch_size = 1_000, 12  # 1,000 = 83 full batches + 4
+    single = ShardedOrder(num_samples, batch_size, shuffle=True, seed=7).indices()
+    shards = [ShardedOrder(num_samples, batch_size, r, world_size, shuffle=True, seed=7).indices() for r in range(world_size)]
+    assert all(s.shape == (84, batch_size // world_size) for s in shards)
+    for step in range(len(single)):
+        together = torch.cat([s[step] for s in shards])
+        assert sorted(together.tolist()) == sorted(single[step].tolist())
+    seen = torch.cat([s.flatten() for s in shards])
+    seen = seen[seen >= 0]
+    assert sorted(seen.tolist()) == list(range(num_samples))  # each sample once, on one rank
+    padding = [int((s[-1] < 0).sum()) for s in shards]
+    assert sum(padding) == 84 * batch_size - num_samples and max(padding) - min(padding) <= 1
+
+
+def test_each_epoch_reshuffles_reproducibly() -> None:
+    order = ShardedOrder(100, 10, shuffle=True, seed=3)
+    first = order.indices()
+    order.set_epoch(1)
+    second = order.indices()
+    assert not torch.equal(first, second)
+    assert sorted(first.flatten().tolist()) == sorted(second.flatten().tolist())
+    order.set_epoch(0)
+    assert torch.equal(order.indices(), first)
+
+
+def test_loader_resumes_mid_epoch_at_the_same_batch() -> None:
+    def loader() -> InMemoryLoader:
+        order = ShardedOrder(100, 10, rank=1, world_size=2, shuffle=True, seed=5)
+        return InMemoryLoader(torch.arange(100).float(), torch.arange(100), order, transform=lambda x: x)
+
+    uninterrupted = loader()
+    uninterrupted.sampler.set_epoch(2)
+    expected = [y for _, y in uninterrupted]
+    interrupted = loader()
+    interrupted.sampler.set_epoch(2)
+    batches = iter(interrupted)
+    for _ in range(4):
+        next(batches)
+    resumed = loader()
+    resumed.load_state_dict(interrupted.state_dict())
+    resumed.sampler.set_epoch(2)  # Lightning sets the epoch again before iterating
+    rest = [y for _, y in resumed]
+    assert len(rest) == 6 and all(torch.equal(a, b) for a, b in zip(rest, expected[4:]))
+
+
+def test_batch_size_must_divide_by_the_world_size() -> None:
+    with pytest.raises(InputError, match="data.batch_size=64 .* world size 3"):
+        ShardedOrder(1_000, 64, rank=0, world_size=3)
+
+
+def test_missing_files_name_the_folder_and_the_files(tmp_path: Path) -> None:
+    dm = MNISTDataModule(str(tmp_path), download=False)
+    with pytest.raises(InputError) as err:
+        dm.prepare_data()
+    message = str(err.value)
+    assert str(tmp_path / "MNIST" / "raw") in message and all(name in message for name in FILES)
+
+
+def test_failed_download_says_how_to_place_the_files(tmp_path: Path, monkeypatch) -> None:
+    from torchvision.datasets import MNIST
+
+    def offline(self) -> None:
+        raise RuntimeError("Error downloading train-images-idx3-ubyte.gz")
+
+    monkeypatch.setattr(MNIST, "download", offline)
+    with pytest.raises(InputError, match="by hand"):
+        MNISTDataModule(str(tmp_path)).prepare_data()
+
+
+def _copy_of_mnist(tmp_path: Path) -> Path:
+    raw = tmp_path / "MNIST" / "raw"
+    shutil.copytree(Path(DATA_DIR) / "MNIST" / "raw", raw)
+    for path in raw.iterdir():
+        path.chmod(0o644)
+    return raw
+
+
+def test_truncated_file_is_refused_with_its_size(tmp_path: Path) -> None:
+    raw = _copy_of_mnist(tmp_path)
+    with open(raw / "t10k-labels-idx1-ubyte", "r+b") as file:
+        file.truncate(5_000)
+    dm = MNISTDataModule(str(tmp_path))
+    with pytest.raises(InputError, match="t10k-labels-idx1-ubyte has 5,000 bytes where MNIST's has 10,008"):
+        dm.prepare_data()
+
+
+def test_malformed_file_is_refused_clearly(tmp_path: Path) -> None:
+    raw = _copy_of_mnist(tmp_path)
+    with open(raw / "t10k-images-idx3-ubyte", "r+b") as file:
+        file.write(b"\xff" * 16)  # a broken header, at the right size
+    dm = MNISTDataModule(str(tmp_path))
+    dm.prepare_data()
+    with pytest.raises(InputError, match="cannot decode the MNIST t10k files"):
+        dm.setup("test")

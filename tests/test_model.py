@@ -1,0 +1,42 @@
+import torch
+from torch import nn
+
+from mnistlab.batches import PAD_LABEL
+from mnistlab.network import SimpleNN
+from hydra.utils import instantiate
+
+
+def test_simple_nn_is_the_seed_network() -> None:
+    net = SimpleNN()
+    layers = list(net.layers)
+    assert [type(layer) for layer in layers] == [nn.Linear, nn.ReLU, nn.Linear]
+    assert (layers[0].in_features, layers[0].out_features) == (784, 256)
+    assert (layers[2].in_features, layers[2].out_features) == (256, 10)
+    assert net(torch.randn(5, 1, 28, 28)).shape == (5, 10)
+
+
+def test_one_step_lowers_the_loss_on_a_fixed_batch(train_cfg) -> None:
+    torch.manual_seed(0)
+    model = instantiate(train_cfg.model)
+    optimizer = model.configure_optimizers()["optimizer"]
+    x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    before = model.training_step((x, y), 0)
+    before.backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = nn.functional.cross_entropy(model(x), y)
+    assert after < before
+
+
+def test_padding_rows_count_in_no_loss_or_metric(train_cfg) -> None:
+    model = instantiate(train_cfg.model)
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    padded_y = y.clone()
+    padded_y[6:] = PAD_LABEL
+    loss = model.training_step((x, padded_y), 0)
+    expected = nn.functional.cross_entropy(model(x[:6]), y[:6], reduction="sum") / 8
+    torch.testing.assert_close(loss, expected)
+    model.validation_step((x, padded_y), 0)
+    logits = model(x[:6])
+    torch.testing.assert_close(model.val_acc.compute(), (logits.argmax(1) == y[:6]).float().mean())
+    torch.testing.assert_close(model.val_loss.compute(), nn.functional.cross_entropy(logits, y[:6]))

@@ -1,0 +1,98 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnistlab.checks import InputError
+from mnistlab.tasks import evaluate, train
+
+from conftest import SHORT, compose_config, run_script
+
+
+def _best_checkpoint(out: Path) -> Path:
+    (best,) = [p for p in (out / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
+    return best
+
+
+def test_train_logs_every_metric_and_saves_plain_checkpoints(train_cfg, tmp_path: Path) -> None:
+    metrics = train(train_cfg)
+    for key in ("train/loss", "val/loss", "val/acc", "val/acc_best", "test/loss", "test/acc"):
+        assert key in metrics
+    assert metrics["val/acc"] > 0.6 and metrics["test/acc"] > 0.6  # 20 steps of Adam: well above chance
+    checkpoint = torch.load(_best_checkpoint(tmp_path), weights_only=True)  # no pickled objects inside
+    assert checkpoint["config"]["model"]["optimizer"]["lr"] == 1e-3
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "csv" / "metrics.csv").is_file()
+
+
+def test_eval_of_the_best_checkpoint_matches_the_end_of_training(tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path / "train", [*SHORT[:3], "logger=none"])  # the whole test set
+    trained = train(cfg)
+    best = _best_checkpoint(tmp_path / "train")
+    evaluated = evaluate(compose_config("eval", tmp_path / "eval", [f"ckpt_path={best}"]))
+    assert evaluated["test/acc"] == trained["test/acc"]
+    assert evaluated["test/loss"] == pytest.approx(trained["test/loss"], rel=1e-6)
+
+
+def test_eval_refuses_missing_and_corrupt_checkpoints(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such file"):
+        evaluate(compose_config("eval", tmp_path, [f"ckpt_path={tmp_path / 'nope.ckpt'}"]))
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(b"PK\x03\x04 not really a checkpoint")
+    with pytest.raises(InputError, match="not a readable checkpoint"):
+        evaluate(compose_config("eval", tmp_path, [f"ckpt_path={corrupt}"]))
+
+
+def test_eval_refuses_a_checkpoint_of_another_model(train_cfg, tmp_path: Path) -> None:
+    train(train_cfg)
+    cfg = compose_config("eval", tmp_path / "eval", [f"ckpt_path={_best_checkpoint(tmp_path)}", "model.net.hidden=32"])
+    with pytest.raises(InputError, match="do not fit the configured model"):
+        evaluate(cfg)
+
+
+@pytest.mark.slow
+def test_train_and_eval_scripts_end_to_end(tmp_path: Path) -> None:
+    trained = run_script("train.py", *SHORT, f"paths.log_dir={tmp_path}")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    assert (run / ".hydra" / "config.yaml").is_file() and (run / "train.log").is_file()
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    evaluated = run_script("eval.py", f"ckpt_path={_best_checkpoint(run)}", f"paths.log_dir={tmp_path}")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "test/acc=" in evaluated.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script,overrides,message",
+    [
+        ("eval.py", ["ckpt_path=/nonexistent.ckpt"], "Error: ckpt_path=/nonexistent.ckpt: no such file"),
+        ("eval.py", [], "Error: which checkpoint? pass ckpt_path=<file>"),
+        ("train.py", ["data.batch_size=0"], "Error: data.batch_size=0 is the global batch"),
+        ("train.py", ["modle.optimizer.lr=1"], "Could not override 'modle.optimizer.lr'"),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(script: str, overrides: list[str], message: str, tmp_path) -> None:
+    result = run_script(script, *overrides, f"paths.log_dir={tmp_path}", timeout=120)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_defaults_reach_the_seed_accuracy(tmp_path: Path) -> None:
+    """The default config, unchanged: 10 epochs of the seed's recipe must reach 97.5% test accuracy."""
+    metrics = train(compose_config("train", tmp_path, ["logger=none"]))
+    assert metrics["test/acc"] >= 0.975
+
+
+@pytest.mark.slow
+def test_multirun_sweep_writes_one_job_folder_per_job(tmp_path: Path) -> None:
+    result = run_script("train.py", "-m", "model.optimizer.lr=1e-3,3e-3", *SHORT, f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert jobs == ["0", "1"]
+    for job, lr in zip(jobs, ["0.001", "0.003"]):
+        assert f"lr: {lr}" in (sweep / job / ".hydra" / "config.yaml").read_text()
+        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
