@@ -59,12 +59,24 @@ def test_strategy_builds_the_intended_trainer(option, overrides, cls, backend, s
         assert strategy._timeout.total_seconds() == 1800
 
 
-@pytest.mark.parametrize("option,cls,backend", [("ddp_nccl", DDPStrategy, "nccl"), ("fsdp", FSDPStrategy, None)])
-def test_gpu_strategies_are_configured_for_gpus(option: str, cls: type, backend: str | None, tmp_path: Path) -> None:
-    cfg = compose_config("train", tmp_path, [f"strategy={option}", "trainer.accelerator=gpu", "trainer.devices=2"])
-    assert cfg.trainer.accelerator == "gpu"
-    strategy = instantiate(cfg.trainer.strategy)
-    assert type(strategy) is cls and strategy.process_group_backend == backend
+@pytest.fixture
+def two_fake_gpus(monkeypatch) -> None:
+    """Make torch and Lightning see two CUDA devices, so that GPU-only strategies can be built (not run)."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("lightning.fabric.accelerators.cuda.num_cuda_devices", lambda: 2)
+    monkeypatch.setattr("lightning.pytorch.accelerators.cuda.num_cuda_devices", lambda: 2)
+
+
+@pytest.mark.parametrize("option,cls", [("ddp", DDPStrategy), ("ddp_nccl", DDPStrategy), ("fsdp", FSDPStrategy)])
+def test_gpu_strategies_build_the_intended_trainer(option: str, cls: type, two_fake_gpus, tmp_path: Path) -> None:
+    overrides = [f"strategy={option}", "trainer.accelerator=gpu", "trainer.devices=2", "trainer.num_nodes=2"]
+    cfg = compose_config("train", tmp_path, overrides)
+    check_devices(cfg)
+    trainer = instantiate(cfg.trainer)
+    assert type(trainer.strategy) is cls
+    assert (trainer.num_devices, trainer.num_nodes, trainer.world_size) == (2, 2, 4)
+    assert trainer.strategy.root_device.type == "cuda"
+    assert trainer.strategy._get_process_group_backend() == "nccl"
 
 
 @NO_GPU
