@@ -67,12 +67,12 @@ class MNISTDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         """Runs on every rank: decode the needed splits into memory and shard them for this rank."""
         if stage in ("fit", "validate") and "val" not in self.loaders:
-            images, labels = self._read(train=True)
+            images, labels = self.read(train=True)
             train, val = self.split_indices()
             self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
             self.loaders["val"] = self._loader(images[val], labels[val], shuffle=False)
         if stage in ("test", "predict") and "test" not in self.loaders:
-            self.loaders["test"] = self._loader(*self._read(train=False), shuffle=False)
+            self.loaders["test"] = self._loader(*self.read(train=False), shuffle=False)
 
     def split_indices(self) -> tuple[Tensor, Tensor]:
         """Indices of the training images used for training and for validation."""
@@ -99,7 +99,8 @@ class MNISTDataModule(L.LightningDataModule):
         order = ShardedOrder(len(labels), self.batch_size, rank, world_size, shuffle, self.shuffle_seed)
         return InMemoryLoader(images.to(device), labels.to(device), order, self.transform)
 
-    def _read(self, train: bool) -> tuple[Tensor, Tensor]:
+    def read(self, train: bool) -> tuple[Tensor, Tensor]:
+        """The images (uint8, N x 28 x 28) and labels of the training (60,000) or test (10,000) files."""
         self._check_sizes()
         from torchvision.datasets import MNIST
 

@@ -1,0 +1,168 @@
+"""How much do Lightning and Hydra cost? ``python benchmarks/speed.py [--repeats 3] [--gpu]``.
+
+Measures, in one invocation, alternating the runs and taking medians:
+
+- ``baseline``: the seed's loop written in plain PyTorch (same network, Adam, batch 64, data in
+  memory, whole-batch indexing), doing the same work per epoch as ``train.py``: train on the 55,000
+  training images, then validate on the 5,000 held out;
+- ``train.py`` with the default config (``test=false``), on one process and with
+  ``strategy=ddp trainer.devices=2`` at the same global batch;
+- steady-state epoch time: (wall time of a 3-epoch run - wall time of a 1-epoch run) / 2, so that
+  start-up is not counted;
+- start-up: ``train.py debug=fdr`` against a bare import of torch, torchvision, lightning and hydra;
+- time to reach 97.5% and 98% test accuracy with the default config.
+
+Prints one table and writes it as JSON to outputs/benchmarks/. Every process here runs alone:
+never run it beside another heavy job, and quote ratios, which are steadier than seconds.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPORTS = "import torch, torchvision, lightning, hydra"
+
+
+def baseline(epochs: int, device: str) -> None:
+    """The hand-written loop; run in its own process, like train.py."""
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from mnistlab.data import MNISTDataModule
+    from mnistlab.network import SimpleNN
+
+    torch.manual_seed(0)
+    data = MNISTDataModule(os.environ.get("DATA_DIR", str(ROOT / "data")))
+    images, labels = data.read(train=True)
+    train, val = data.split_indices()
+    x = ((images.float() / 255 - 0.1307) / 0.3081).unsqueeze(1).to(device)
+    y = labels.to(device)
+    (x_train, y_train), (x_val, y_val) = (x[train], y[train]), (x[val], y[val])
+    net = SimpleNN().to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(epochs):
+        net.train()
+        order = torch.randperm(len(y_train), device=device)
+        for start in range(0, len(order), 64):
+            batch = order[start : start + 64]
+            loss = F.cross_entropy(net(x_train[batch]), y_train[batch])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        net.eval()
+        with torch.no_grad():
+            correct = sum((net(x_val[i : i + 64]).argmax(1) == y_val[i : i + 64]).sum() for i in range(0, len(y_val), 64))
+        print(f"val acc {int(correct) / len(y_val):.4f}")
+
+
+def wall(command: list[str]) -> float:
+    """Seconds a command takes from start to exit; it must succeed."""
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    return seconds
+
+
+def commands(out: Path, gpu: bool) -> dict[str, object]:
+    """What to run: name -> a command, or a function of the number of epochs giving one."""
+    py = sys.executable
+    accelerator = "trainer.accelerator=gpu" if gpu else "trainer.accelerator=cpu"
+    train = [py, "train.py", accelerator, "test=false", f"paths.log_dir={out}"]
+    device = "cuda" if gpu else "cpu"
+    return {
+        "baseline": lambda e: [py, __file__, "--baseline", str(e), "--device", device],
+        "train.py": lambda e: [*train, f"trainer.max_epochs={e}"],
+        "train.py ddp x2": lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"],
+        "import only": [py, "-c", IMPORTS],
+        "train.py fast_dev_run": [py, "train.py", accelerator, "debug=fdr", f"paths.log_dir={out}"],
+    }
+
+
+def measure(repeats: int, gpu: bool) -> dict[str, float]:
+    """Median seconds for each row, the runs of one repeat interleaved with those of the others."""
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(repeats):
+            for name, command in commands(Path(out), gpu).items():
+                if callable(command):
+                    short, long = wall(command(1)), wall(command(3))
+                    samples.setdefault(f"{name} epoch", []).append((long - short) / 2)
+                else:
+                    samples.setdefault(name, []).append(wall(command))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def test_accuracy_per_epoch(gpu: bool, epochs: int = 10) -> list[float]:
+    """Test accuracy after each epoch of the default config: every epoch's checkpoint, tested here."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from mnistlab.data import MNISTDataModule
+    from mnistlab.network import SimpleNN
+
+    data = MNISTDataModule(os.environ.get("DATA_DIR", str(ROOT / "data")), batch_size=1000)
+    data.setup("test")
+    net = SimpleNN().eval()
+    with tempfile.TemporaryDirectory() as out:
+        keep_all = ["callbacks.model_checkpoint.save_top_k=-1", "callbacks.early_stopping=null"]
+        wall([*commands(Path(out), gpu)["train.py"](epochs), *keep_all])
+        accuracies = []
+        for path in sorted(Path(out).rglob("epoch*.ckpt")):
+            state = torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+            net.load_state_dict({k.removeprefix("net."): v for k, v in state.items() if k.startswith("net.")})
+            with torch.no_grad():
+                correct = sum(int((net(x).argmax(1) == y).sum()) for x, y in data.test_dataloader())
+            accuracies.append(correct / 10_000)
+    return accuracies
+
+
+def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object]:
+    """The table's rows, with the ratios the targets are stated in."""
+    epoch, base = times["train.py epoch"], times["baseline epoch"]
+    rows: dict[str, object] = {name: round(seconds, 3) for name, seconds in times.items()}
+    rows["epoch ratio train.py / baseline (target <= 1.25)"] = round(epoch / base, 3)
+    rows["start-up ratio fast_dev_run / import only (target <= 1.3)"] = round(
+        times["train.py fast_dev_run"] / times["import only"], 3
+    )
+    rows["epoch ratio ddp x2 / one process"] = round(times["train.py ddp x2 epoch"] / epoch, 3)
+    rows["test accuracy per epoch"] = [round(a, 4) for a in accuracies]
+    for target in (0.975, 0.98):
+        first = next((i + 1 for i, a in enumerate(accuracies) if a >= target), None)
+        rows[f"time to {target:.1%} test accuracy (s)"] = (
+            round(times["train.py fast_dev_run"] + first * epoch, 1) if first else f"not in {len(accuracies)} epochs"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each row; the median is reported")
+    parser.add_argument("--gpu", action="store_true", help="run train.py with trainer.accelerator=gpu")
+    parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.baseline:
+        return baseline(args.baseline, args.device)
+    rows = report(measure(args.repeats, args.gpu), test_accuracy_per_epoch(args.gpu))
+    width = max(map(len, rows))
+    for name, value in rows.items():
+        print(f"{name:<{width}}  {value}")
+    out = ROOT / "outputs" / "benchmarks"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"speed-{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+    path.write_text(json.dumps(rows, indent=2))
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()
