@@ -31,21 +31,20 @@ IMPORTS = "import torch, torchvision, lightning, hydra"
 
 
 def baseline(epochs: int, device: str) -> None:
-    """The hand-written loop; run in its own process, like train.py."""
+    """The hand-written loop, in its own process like train.py, importing neither Lightning nor Hydra."""
     import torch
     import torch.nn.functional as F
+    from torchvision.datasets import MNIST
 
     sys.path.insert(0, str(ROOT / "src"))
-    from mnistlab.data import MNISTDataModule
-    from mnistlab.network import SimpleNN
+    from mnistlab.network import SimpleNN  # a plain nn.Module: imports torch only
 
     torch.manual_seed(0)
-    data = MNISTDataModule(os.environ.get("DATA_DIR", str(ROOT / "data")))
-    images, labels = data.read(train=True)
-    train, val = data.split_indices()
-    x = ((images.float() / 255 - 0.1307) / 0.3081).unsqueeze(1).to(device)
-    y = labels.to(device)
-    (x_train, y_train), (x_val, y_val) = (x[train], y[train]), (x[val], y[val])
+    mnist = MNIST(os.environ.get("DATA_DIR", str(ROOT / "data")), train=True)
+    split = torch.randperm(60_000, generator=torch.Generator().manual_seed(12345))  # as conf/data/mnist.yaml
+    x = ((mnist.data.float() / 255 - 0.1307) / 0.3081).unsqueeze(1).to(device)
+    y = mnist.targets.to(device)
+    (x_train, y_train), (x_val, y_val) = (x[split[:-5000]], y[split[:-5000]]), (x[split[-5000:]], y[split[-5000:]])
     net = SimpleNN().to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
     for _ in range(epochs):

@@ -1,5 +1,7 @@
+import lightning as L
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from mnistlab.batches import PAD_LABEL
 from mnistlab.network import SimpleNN
@@ -18,18 +20,20 @@ def test_simple_nn_is_the_seed_network() -> None:
 def test_one_step_lowers_the_loss_on_a_fixed_batch(train_cfg) -> None:
     torch.manual_seed(0)
     model = instantiate(train_cfg.model)
-    optimizer = model.configure_optimizers()["optimizer"]
     x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
-    before = model.training_step((x, y), 0)
-    before.backward()
-    optimizer.step()
+    with torch.no_grad():
+        before = nn.functional.cross_entropy(model(x), y)
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", limit_val_batches=0)
+    trainer.fit(model, train_dataloaders=DataLoader(TensorDataset(x, y), batch_size=64))
     with torch.no_grad():
         after = nn.functional.cross_entropy(model(x), y)
-    assert after < before
+    assert trainer.global_step == 1 and after < before
 
 
 def test_padding_rows_count_in_no_loss_or_metric(train_cfg) -> None:
     model = instantiate(train_cfg.model)
+    model.trainer = L.Trainer(logger=False, accelerator="cpu")  # attached, not fitting
     x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
     padded_y = y.clone()
     padded_y[6:] = PAD_LABEL

@@ -2,6 +2,7 @@
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -91,6 +92,9 @@ class MNISTDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> InMemoryLoader:
         return self.loaders["test"]
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # the loaders serve batches on the model's device already
 
     def _loader(self, images: Tensor, labels: Tensor, shuffle: bool) -> InMemoryLoader:
         trainer = self.trainer
