@@ -1,11 +1,14 @@
 """Multi-process DDP on CPU (gloo), started as users start it: Lightning re-runs the script per rank."""
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import run_script
+from mnistlab.network import SimpleNN
+
+from conftest import SHORT, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -41,3 +44,71 @@ def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
         "Error: trainer.accelerator=gpu (also set by strategy=ddp_nccl and strategy=fsdp) needs a CUDA GPU and this "
         "machine has none; use trainer.accelerator=cpu, with strategy=ddp for several processes"
     ]
+
+
+def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(tmp_path: Path) -> None:
+    result = run_script(
+        "train.py", "-m", "strategy=ddp", "trainer.devices=2", "model.optimizer.lr=1e-3,3e-3", *SHORT,
+        f"paths.log_dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    for job, lr in [("0", "0.001"), ("1", "0.003")]:
+        folder = sweep / job
+        assert [p.relative_to(folder).as_posix() for p in folder.rglob("config.yaml")] == [".hydra/config.yaml"]
+        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # both ranks ran this job's lr
+            assert f"model.optimizer.lr={lr}" in (folder / rank_log).read_text()
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
+
+
+# Two runs from the same seed, over the same 20 global batches of 64: one process, and two DDP ranks of 32.
+EQUIVALENCE = ["trainer.max_epochs=1", "trainer.limit_train_batches=20", "trainer.limit_val_batches=2", "test=false"]
+
+
+@pytest.fixture(scope="module")
+def one_and_two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    runs = []
+    for name, processes in [("one", []), ("two", ["strategy=ddp", "trainer.devices=2"])]:
+        out = tmp_path_factory.mktemp(name)
+        result = run_script("train.py", *EQUIVALENCE, *processes, f"hydra.run.dir={out}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(out)
+    return runs[0], runs[1]
+
+
+def test_ddp_computes_what_one_process_computes(one_and_two_processes: tuple[Path, Path]) -> None:
+    one, two = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in one_and_two_processes)
+    assert one["global_step"] == two["global_step"] == 20
+    torch.manual_seed(42)  # the runs' seed: their common starting point
+    start = {f"net.{name}": value for name, value in SimpleNN().state_dict().items()}
+    for name, value in one["state_dict"].items():
+        assert (value - start[name]).abs().max() > 1e-3  # 20 Adam steps moved every tensor
+        torch.testing.assert_close(two["state_dict"][name], value, rtol=0, atol=1e-5)
+
+
+def test_three_ranks_evaluate_every_test_image_exactly_once(one_and_two_processes, tmp_path: Path) -> None:
+    checkpoint = one_and_two_processes[0] / "checkpoints" / "last.ckpt"
+    results = []
+    for processes in ([], ["strategy=ddp", "trainer.devices=3"]):  # 10,000 does not divide by 3
+        out = tmp_path / str(len(processes))
+        result = run_script("eval.py", f"ckpt_path={checkpoint}", "data.batch_size=63", *processes, f"hydra.run.dir={out}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        results.append(json.loads((out / "metrics.json").read_text()))
+    single, three = results
+    assert single["test/samples"] == three["test/samples"] == 10_000
+    assert three["test/acc"] == single["test/acc"]
+    assert three["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_ddp_run_resumes_on_any_number_of_processes(one_and_two_processes, processes: int, tmp_path: Path) -> None:
+    checkpoint = one_and_two_processes[1] / "checkpoints" / "last.ckpt"
+    overrides = [*EQUIVALENCE, "trainer.max_epochs=2", f"ckpt_path={checkpoint}", f"hydra.run.dir={tmp_path}"]
+    if processes > 1:
+        overrides += ["strategy=ddp", f"trainer.devices={processes}"]
+    result = run_script("train.py", *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (resumed["epoch"], resumed["global_step"]) == (1, 40)  # picked up after the first 20 steps

@@ -42,5 +42,5 @@ def test_padding_rows_count_in_no_loss_or_metric(train_cfg) -> None:
     torch.testing.assert_close(loss, expected)
     model.validation_step((x, padded_y), 0)
     logits = model(x[:6])
-    torch.testing.assert_close(model.val_acc.compute(), (logits.argmax(1) == y[:6]).float().mean())
-    torch.testing.assert_close(model.val_loss.compute(), nn.functional.cross_entropy(logits, y[:6]))
+    torch.testing.assert_close(model.val_metrics["acc"].compute(), (logits.argmax(1) == y[:6]).float().mean())
+    torch.testing.assert_close(model.val_metrics["loss"].compute(), nn.functional.cross_entropy(logits, y[:6]))

@@ -1,13 +1,13 @@
 """The ``LightningModule``: loss, metrics and optimisation around an injected network."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MaxMetric, MeanMetric, Metric
+from torchmetrics import MaxMetric, MeanMetric, Metric, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from mnistlab.batches import PAD_LABEL
@@ -37,10 +37,14 @@ class Classifier(L.LightningModule):
         self.make_optimizer, self.make_scheduler = optimizer, scheduler
         self.config: dict[str, Any] | None = None  # the run's resolved config, stored in checkpoints
         self.train_loss = MeanMetric()
-        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
-        accuracy = dict(num_classes=num_classes, average="micro", ignore_index=PAD_LABEL, validate_args=False)
-        self.val_acc, self.test_acc = MulticlassAccuracy(**accuracy), MulticlassAccuracy(**accuracy)
+        self.val_metrics, self.test_metrics = self._eval_metrics(num_classes), self._eval_metrics(num_classes)
         self.val_acc_best = MaxMetric()
+
+    @staticmethod
+    def _eval_metrics(num_classes: int) -> nn.ModuleDict:
+        """Per-split metrics, logged as <split>/<name>; ``samples`` counts the images evaluated."""
+        accuracy = MulticlassAccuracy(num_classes, average="micro", ignore_index=PAD_LABEL, validate_args=False)
+        return nn.ModuleDict({"loss": MeanMetric(), "acc": accuracy, "samples": SumMetric()})
 
     def setup(self, stage: str) -> None:
         if self.hparams.compile:
@@ -63,38 +67,41 @@ class Classifier(L.LightningModule):
         return loss
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.val_loss, self.val_acc)
+        self._evaluate(batch, self.val_metrics)
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.test_loss, self.test_acc)
+        self._evaluate(batch, self.test_metrics)
 
     def predict_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self(batch[0]).argmax(dim=1)
 
-    def _evaluate(self, batch: tuple[Tensor, Tensor], loss: MeanMetric, acc: MulticlassAccuracy) -> None:
+    def _evaluate(self, batch: tuple[Tensor, Tensor], metrics: nn.ModuleDict) -> None:
         x, y = batch
         logits = self(x)
-        loss.update(F.cross_entropy(logits, y, reduction="none"), weight=y != PAD_LABEL)
-        acc.update(logits, y)
+        real = y != PAD_LABEL
+        metrics["loss"].update(F.cross_entropy(logits, y, reduction="none"), weight=real)
+        metrics["acc"].update(logits, y)
+        metrics["samples"].update(real.sum())
 
     def on_train_start(self) -> None:
         self.val_acc_best.reset()  # forget the sanity check's validation before training
 
     def on_train_epoch_end(self) -> None:
-        self._log_epoch({"train/loss": self.train_loss})
+        self._log_epoch("train", {"loss": self.train_loss})
 
     def on_validation_epoch_end(self) -> None:
-        self.val_acc_best.update(self.val_acc.compute())
-        self._log_epoch({"val/loss": self.val_loss, "val/acc": self.val_acc})
+        self.val_acc_best.update(self.val_metrics["acc"].compute())
+        self._log_epoch("val", self.val_metrics)
         self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True)  # kept across epochs
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch({"test/loss": self.test_loss, "test/acc": self.test_acc})
+        self._log_epoch("test", self.test_metrics)
 
-    def _log_epoch(self, metrics: dict[str, Metric]) -> None:
-        """Log epoch values, reduced over all ranks by torchmetrics, and start the next epoch afresh."""
+    def _log_epoch(self, split: str, metrics: Mapping[str, Metric]) -> None:
+        """Log the epoch's values as <split>/<name>, reduced over all ranks, and start afresh."""
         # compute() syncs the states of every rank; sync_dist only tells Lightning they are global.
-        self.log_dict({name: metric.compute() for name, metric in metrics.items()}, prog_bar=True, sync_dist=True)
+        values = {f"{split}/{name}": metric.compute() for name, metric in metrics.items()}
+        self.log_dict(values, prog_bar=True, sync_dist=True)
         for metric in metrics.values():
             metric.reset()
 

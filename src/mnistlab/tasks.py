@@ -1,5 +1,6 @@
 """What the entry points do, as pure functions of a composed config: ``train`` and ``evaluate``."""
 
+import json
 import logging
 import pickle
 from pathlib import Path
@@ -7,10 +8,12 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from mnistlab import launch
 from mnistlab.checks import InputError, check_devices
 
 log = logging.getLogger(__name__)
@@ -19,8 +22,12 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
     check_devices(cfg)
+    if launch.is_distributed_sweep_job(cfg):
+        return launch.run_job_in_fresh_processes()
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
+    if HydraConfig.initialized():  # on every rank, into its own log file: what this process trains
+        log.info("Overrides: %s", " ".join(HydraConfig.get().overrides.task) or "none")
     trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
@@ -30,6 +37,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
         metrics |= _floats(trainer.callback_metrics)
         log.info("Tested %s: %s", best or "the last weights", _describe(metrics, "test/"))
+    _save(metrics, trainer, cfg)
     return metrics
 
 
@@ -50,6 +58,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     trainer.test(model, datamodule=datamodule)
     metrics = _floats(trainer.callback_metrics)
     log.info("Evaluated %s: %s", cfg.ckpt_path, _describe(metrics, "test/"))
+    _save(metrics, trainer, cfg)
     return metrics
 
 
@@ -81,6 +90,12 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise InputError(f"ckpt_path={path} holds no 'state_dict': not a Lightning checkpoint")
     return checkpoint
+
+
+def _save(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> None:
+    """The run's final metrics, as <run dir>/metrics.json (rank 0 writes it, as all run files)."""
+    if trainer.is_global_zero:
+        (Path(cfg.paths.output_dir) / launch.METRICS_FILE).write_text(json.dumps(metrics, indent=2))
 
 
 def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
