@@ -1,11 +1,13 @@
 """Test a checkpoint on the test set: ``python eval.py ckpt_path=<file> [key=value ...]``."""
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from mnistlab import launch
 from mnistlab.checks import InputError
 from mnistlab.tasks import evaluate
 
@@ -21,4 +23,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv += launch.join_external_launch()  # under torchrun: one run folder for all ranks
     main()

@@ -1,11 +1,13 @@
 """Train, then test the best checkpoint: ``python train.py [key=value ...]`` (see conf/train.yaml)."""
 
 import os
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
+from mnistlab import launch
 from mnistlab.checks import InputError
 from mnistlab.tasks import train
 
@@ -22,4 +24,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    sys.argv += launch.join_external_launch()  # under torchrun: one run folder for all ranks
     main()

@@ -1,6 +1,9 @@
 """Multi-process DDP on CPU (gloo), started as users start it: Lightning re-runs the script per rank."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,7 +11,7 @@ import torch
 
 from mnistlab.network import SimpleNN
 
-from conftest import SHORT, run_script
+from conftest import ROOT, SHORT, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -112,3 +115,39 @@ def test_ddp_run_resumes_on_any_number_of_processes(one_and_two_processes, proce
     assert result.returncode == 0, result.stderr[-3000:]
     resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert (resumed["epoch"], resumed["global_step"]) == (1, 40)  # picked up after the first 20 steps
+
+
+def _torchrun(*args: str, timeout: float = 300) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", *args]  # the seed's launcher style: torchrun
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _one_run(log_dir: Path) -> Path:
+    (run,) = (log_dir / "train" / "runs").iterdir()
+    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert {p.name for p in run.glob("*.log")} == {"train.log", "train_ddp_process_1.log"}
+    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]
+    return run
+
+
+def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
+    run = _torchrun("--nproc_per_node=2", "train.py", "strategy=ddp", "trainer.devices=2", *SHORT,
+                    f"paths.log_dir={tmp_path}")
+    output = run.communicate(timeout=300)[0]
+    assert run.returncode == 0, output[-3000:]
+    assert "Starting with 2 processes" in output
+    assert json.loads((_one_run(tmp_path) / "metrics.json").read_text())["test/samples"] == 5 * 64
+
+
+def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
+    port = str(29_500 + os.getpid() % 1_000)
+    agents = [
+        _torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                  f"--master_port={port}", "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",
+                  "data.prepare_data_per_node=false", *SHORT, f"paths.log_dir={tmp_path}")
+        for node in (0, 1)
+    ]
+    outputs = [agent.communicate(timeout=300)[0] for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert "Starting with 2 processes" in outputs[0]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (_one_run(tmp_path) / "train_ddp_process_1.log").read_text()

@@ -40,8 +40,10 @@ class MNISTDataModule(L.LightningDataModule):
         mean: float = 0.1307,
         std: float = 0.3081,
         download: bool = True,
+        prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
+        self.prepare_data_per_node = prepare_data_per_node  # Lightning's switch: see conf/data/mnist.yaml
         if not 0 < val_size < 60_000:
             raise InputError(f"data.val_size={val_size} must be between 1 and 59,999 (of 60,000 training images)")
         self.raw_dir = Path(data_dir) / "MNIST" / "raw"

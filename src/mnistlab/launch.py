@@ -1,4 +1,9 @@
-"""How the processes of a job start, when Hydra sweeps over distributed jobs.
+"""How the processes of a job start: under an external launcher (torchrun), and in Hydra sweeps.
+
+torchrun starts every rank itself, and each rank composes the config on its own: left alone, each
+would name its own run folder after its own clock and save its own copy of the config. So before
+Hydra starts, the ranks agree on one folder name through torchrun's store, and only rank 0 saves
+the config; the others log to <script>_ddp_process_<rank>.log, as Lightning's own ranks do.
 
 Lightning's DDP launcher starts a job's extra ranks by re-running the command line. In a Hydra sweep
 that command line is the whole sweep (``-m ...``): each re-launched rank would run every job of it,
@@ -12,6 +17,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -19,6 +26,23 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
+RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set (conf/hydra/default.yaml)
+
+
+def join_external_launch(timeout: timedelta = timedelta(minutes=10)) -> list[str]:
+    """Under torchrun: share rank 0's run folder name; return the overrides this rank needs."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return []
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    if rank == 0:  # the agent's store outlives restarts of the workers: they keep the run's folder
+        store.compare_set("mnistlab/run_id", "", time.strftime("%Y-%m-%d_%H-%M-%S"))
+    os.environ[RUN_ID] = store.get("mnistlab/run_id").decode()
+    if rank == 0:
+        return []
+    return ["hydra.output_subdir=null", f"hydra.job.name={Path(sys.argv[0]).stem}_ddp_process_{rank}"]
 
 
 def is_distributed_sweep_job(cfg: DictConfig) -> bool:

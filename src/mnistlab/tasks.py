@@ -103,4 +103,4 @@ def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
 
 
 def _describe(metrics: dict[str, float], prefix: str) -> str:
-    return ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith(prefix))
+    return ", ".join(f"{k}={v:.6g}" for k, v in sorted(metrics.items()) if k.startswith(prefix))
