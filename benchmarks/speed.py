@@ -10,7 +10,8 @@ Measures, in one invocation, alternating the runs and taking medians:
 - steady-state epoch time: (wall time of a 3-epoch run - wall time of a 1-epoch run) / 2, so that
   start-up is not counted;
 - start-up: ``train.py debug=fdr`` against a bare import of torch, torchvision, lightning and hydra;
-- time to reach 97.5% and 98% test accuracy with the default config.
+- time to reach 97.5% and 98% test accuracy with the default config;
+- with ``--switches``, the epoch time with ``model.compile=true`` and with ``trainer.precision=bf16-mixed``.
 
 Prints one table and writes it as JSON to outputs/benchmarks/. Every process here runs alone:
 never run it beside another heavy job, and quote ratios, which are steadier than seconds.
@@ -72,27 +73,31 @@ def wall(command: list[str]) -> float:
     return seconds
 
 
-def commands(out: Path, gpu: bool) -> dict[str, object]:
+def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
     """What to run: name -> a command, or a function of the number of epochs giving one."""
     py = sys.executable
     accelerator = "trainer.accelerator=gpu" if gpu else "trainer.accelerator=cpu"
     train = [py, "train.py", accelerator, "test=false", f"paths.log_dir={out}"]
     device = "cuda" if gpu else "cpu"
-    return {
+    rows: dict[str, object] = {
         "baseline": lambda e: [py, __file__, "--baseline", str(e), "--device", device],
         "train.py": lambda e: [*train, f"trainer.max_epochs={e}"],
         "train.py ddp x2": lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"],
         "import only": [py, "-c", IMPORTS],
         "train.py fast_dev_run": [py, "train.py", accelerator, "debug=fdr", f"paths.log_dir={out}"],
     }
+    if switches:  # the config switches, each measured against the default to choose it
+        rows["train.py model.compile=true"] = lambda e: [*train, f"trainer.max_epochs={e}", "model.compile=true"]
+        rows["train.py bf16-mixed"] = lambda e: [*train, f"trainer.max_epochs={e}", "trainer.precision=bf16-mixed"]
+    return rows
 
 
-def measure(repeats: int, gpu: bool) -> dict[str, float]:
+def measure(repeats: int, gpu: bool, switches: bool) -> dict[str, float]:
     """Median seconds for each row, the runs of one repeat interleaved with those of the others."""
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(repeats):
-            for name, command in commands(Path(out), gpu).items():
+            for name, command in commands(Path(out), gpu, switches).items():
                 if callable(command):
                     short, long = wall(command(1)), wall(command(3))
                     samples.setdefault(f"{name} epoch", []).append((long - short) / 2)
@@ -134,6 +139,9 @@ def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object
         times["train.py fast_dev_run"] / times["import only"], 3
     )
     rows["epoch ratio ddp x2 / one process"] = round(times["train.py ddp x2 epoch"] / epoch, 3)
+    for switch in ("model.compile=true", "bf16-mixed"):
+        if (seconds := times.get(f"train.py {switch} epoch")) is not None:
+            rows[f"epoch ratio {switch} / default"] = round(seconds / epoch, 3)
     rows["test accuracy per epoch"] = [round(a, 4) for a in accuracies]
     for target in (0.975, 0.98):
         first = next((i + 1 for i, a in enumerate(accuracies) if a >= target), None)
@@ -147,12 +155,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of each row; the median is reported")
     parser.add_argument("--gpu", action="store_true", help="run train.py with trainer.accelerator=gpu")
+    parser.add_argument("--switches", action="store_true", help="also time model.compile and bf16-mixed")
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline:
         return baseline(args.baseline, args.device)
-    rows = report(measure(args.repeats, args.gpu), test_accuracy_per_epoch(args.gpu))
+    rows = report(measure(args.repeats, args.gpu, args.switches), test_accuracy_per_epoch(args.gpu))
     width = max(map(len, rows))
     for name, value in rows.items():
         print(f"{name:<{width}}  {value}")
