@@ -151,3 +151,42 @@ def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
     assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert "Starting with 2 processes" in outputs[0]
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (_one_run(tmp_path) / "train_ddp_process_1.log").read_text()
+
+
+def _fake_srun_task(rank: int, tasks: int, job_id: str, *overrides: str) -> subprocess.Popen[str]:
+    """A process as srun starts it: SLURM's variables say which task of which job it is."""
+    slurm = {
+        "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "train", "SLURM_NTASKS": str(tasks),
+        "SLURM_NTASKS_PER_NODE": str(tasks), "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+        "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_NUM_NODES": "1",
+    }
+    command = [sys.executable, "train.py", *overrides]
+    return subprocess.Popen(command, cwd=ROOT, env=os.environ | slurm, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_srun_tasks_are_recognised_and_share_the_job_folder(tmp_path: Path) -> None:
+    job_id = str(40_000 + os.getpid() % 1_000)  # Lightning derives the rendezvous port from it
+    tasks = [_fake_srun_task(r, 2, job_id, "strategy=ddp", "trainer.devices=2", *SHORT, f"paths.log_dir={tmp_path}")
+             for r in (0, 1)]
+    outputs = [task.communicate(timeout=300)[0] for task in tasks]
+    assert [task.returncode for task in tasks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    run = _one_run(tmp_path)
+    assert run.name == f"slurm-{job_id}"  # stable across requeues of the job
+    assert "Starting with 2 processes" in outputs[0]
+
+
+def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        overrides = ["hydra/launcher=slurm", "trainer.num_nodes=2", "trainer.devices=4", f"paths.log_dir={tmp_path}"]
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.nodes, launcher.tasks_per_node) == (2, 4)
+    script = _make_sbatch_string("python train.py", tmp_path, nodes=launcher.nodes,
+                                 ntasks_per_node=launcher.tasks_per_node, signal_delay_s=launcher.signal_delay_s)
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script
+    assert "#SBATCH --signal=USR2@120" in script  # submitit asks for the signal 120 s before the limit

@@ -1,9 +1,10 @@
-"""How the processes of a job start: under an external launcher (torchrun), and in Hydra sweeps.
+"""How the processes of a job start: under an external launcher (torchrun, srun), and in Hydra sweeps.
 
-torchrun starts every rank itself, and each rank composes the config on its own: left alone, each
-would name its own run folder after its own clock and save its own copy of the config. So before
-Hydra starts, the ranks agree on one folder name through torchrun's store, and only rank 0 saves
-the config; the others log to <script>_ddp_process_<rank>.log, as Lightning's own ranks do.
+torchrun and srun start every rank themselves, and each rank composes the config on its own: left
+alone, each would name its own run folder after its own clock and save its own copy of the config.
+So before Hydra starts, the ranks agree on one folder name (through torchrun's store, or from the
+SLURM job id), and only rank 0 saves the config; the others log to <script>_ddp_process_<rank>.log,
+as Lightning's own ranks do.
 
 Lightning's DDP launcher starts a job's extra ranks by re-running the command line. In a Hydra sweep
 that command line is the whole sweep (``-m ...``): each re-launched rank would run every job of it,
@@ -23,32 +24,45 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import DictConfig
 
 METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
 RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set (conf/hydra/default.yaml)
 
 
-def join_external_launch(timeout: timedelta = timedelta(minutes=10)) -> list[str]:
-    """Under torchrun: share rank 0's run folder name; return the overrides this rank needs."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ:
+def join_external_launch() -> list[str]:
+    """Under torchrun or srun: name one run folder for all ranks; return the overrides this rank needs."""
+    if TorchElasticEnvironment.detect():
+        rank = int(os.environ["RANK"])
+        os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
+    elif SLURMEnvironment.detect() and int(os.environ["SLURM_NTASKS"]) > 1:
+        rank = int(os.environ["SLURM_PROCID"])
+        # The job id survives a requeue: a preempted run resumes in its own folder (Lightning's
+        # SLURM environment saves a checkpoint there on SIGUSR1 and loads it at the restart).
+        os.environ[RUN_ID] = f"slurm-{os.environ['SLURM_JOB_ID']}"
+    else:
         return []
-    import torch.distributed as dist
-
-    rank = int(os.environ["RANK"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
-    if rank == 0:  # the agent's store outlives restarts of the workers: they keep the run's folder
-        store.compare_set("mnistlab/run_id", "", time.strftime("%Y-%m-%d_%H-%M-%S"))
-    os.environ[RUN_ID] = store.get("mnistlab/run_id").decode()
     if rank == 0:
         return []
     return ["hydra.output_subdir=null", f"hydra.job.name={Path(sys.argv[0]).stem}_ddp_process_{rank}"]
+
+
+def _run_id_from_torchrun_store(rank: int, timeout: timedelta = timedelta(minutes=10)) -> str:
+    import torch.distributed as dist
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
+    if rank == 0:  # the agent's store outlives restarts of the workers: they keep the run's folder
+        store.compare_set("mnistlab/run_id", "", time.strftime("%Y-%m-%d_%H-%M-%S"))
+    return store.get("mnistlab/run_id").decode()
 
 
 def is_distributed_sweep_job(cfg: DictConfig) -> bool:
     """True for a job of a Hydra multirun (by Hydra's run mode) that runs on several processes."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return False
+    if SLURMEnvironment.detect() or TorchElasticEnvironment.detect():
+        return False  # a launcher outside Hydra started this job's ranks (hydra/launcher=slurm)
     return str(cfg.trainer.devices) != "1" or int(cfg.trainer.num_nodes) != 1
 
 
