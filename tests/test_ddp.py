@@ -190,3 +190,19 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
                                  ntasks_per_node=launcher.tasks_per_node, signal_delay_s=launcher.signal_delay_s)
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script
     assert "#SBATCH --signal=USR2@120" in script  # submitit asks for the signal 120 s before the limit
+
+
+@pytest.mark.parametrize(
+    "stray,message",
+    [
+        ({"LOCAL_RANK": "1"}, "Error: LOCAL_RANK=1 is set, but no launcher started this process"),
+        ({"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, "did not all meet within trainer.strategy.timeout"),
+    ],
+)
+def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict, message: str, tmp_path) -> None:
+    command = [sys.executable, "train.py", "strategy=ddp", "trainer.devices=2", "trainer.strategy.timeout.seconds=5",
+               f"paths.log_dir={tmp_path}"]
+    result = subprocess.run(command, cwd=ROOT, env=os.environ | stray, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert message in result.stderr and "unset LOCAL_RANK" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -96,3 +96,14 @@ def test_multirun_sweep_writes_one_job_folder_per_job(tmp_path: Path) -> None:
     for job, lr in zip(jobs, ["0.001", "0.003"]):
         assert f"lr: {lr}" in (sweep / job / ".hydra" / "config.yaml").read_text()
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog) -> None:
+    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command."""
+    overrides = ["trainer.limit_train_batches=10", "trainer.limit_val_batches=2", "test=false", "logger=none"]
+    train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
+    assert "Restored all states" not in caplog.text
+    train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
+    assert f"Restored all states from the checkpoint at {tmp_path / 'checkpoints' / 'last.ckpt'}" in caplog.text
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (last["epoch"], last["global_step"]) == (1, 20)

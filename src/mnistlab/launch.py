@@ -27,8 +27,32 @@ from hydra.types import RunMode
 from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import DictConfig
 
+from mnistlab.checks import InputError
+
 METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
 RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set (conf/hydra/default.yaml)
+# What launchers (torchrun, Lightning, by hand) tell a process about its place in the world.
+DISTRIBUTED_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def check_environment() -> None:
+    """Refuse a LOCAL_RANK left over in the shell: every launcher that sets it sets WORLD_SIZE too."""
+    if "LOCAL_RANK" in os.environ and "WORLD_SIZE" not in os.environ and not SLURMEnvironment.detect():
+        raise InputError(
+            f"LOCAL_RANK={os.environ['LOCAL_RANK']} is set, but no launcher started this process (WORLD_SIZE is "
+            "not set): it would wait for processes that never come. Run `unset LOCAL_RANK` and start again"
+        )
+
+
+def rendezvous_failure(err: Exception) -> InputError:
+    """Explain a timed-out rendezvous: usually variables of another run left in the environment."""
+    present = " ".join(f"{name}={os.environ[name]}" for name in DISTRIBUTED_VARIABLES if name in os.environ)
+    return InputError(
+        f"the processes of this run did not all meet within trainer.strategy.timeout ({err}). This process "
+        f"took its place from the environment: {present or 'nothing set'}. If no launcher (torchrun, srun) "
+        f"started it, run `unset {' '.join(DISTRIBUTED_VARIABLES)}` and start again; if one did, see whether "
+        "another rank failed before it"
+    )
 
 
 def join_external_launch() -> list[str]:

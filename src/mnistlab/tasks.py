@@ -12,6 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
+from torch.distributed import DistNetworkError, DistStoreError
 
 from mnistlab import launch
 from mnistlab.checks import InputError, check_devices
@@ -22,13 +23,17 @@ log = logging.getLogger(__name__)
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
     check_devices(cfg)
+    launch.check_environment()
     if launch.is_distributed_sweep_job(cfg):
         return launch.run_job_in_fresh_processes()
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
     if HydraConfig.initialized():  # on every rank, into its own log file: what this process trains
         log.info("Overrides: %s", " ".join(HydraConfig.get().overrides.task) or "none")
-    trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    try:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path") or _last_checkpoint(trainer))
+    except (DistNetworkError, DistStoreError) as err:
+        raise launch.rendezvous_failure(err) from err
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
@@ -44,6 +49,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test the checkpoint ``cfg.ckpt_path`` on the test set; return the test metrics."""
     check_devices(cfg)
+    launch.check_environment()
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = _load_checkpoint(Path(cfg.ckpt_path))
@@ -78,6 +84,16 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     for logger in trainer.loggers:
         logger.log_hyperparams(model.config)
     return datamodule, model, trainer
+
+
+def _last_checkpoint(trainer: L.Trainer) -> str | None:
+    """The run folder's own last.ckpt, if it has one: a requeued or restarted job resumes from it."""
+    callback = trainer.checkpoint_callback
+    last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
+    if last is None or not last.is_file():
+        return None
+    log.info("Resuming from %s, this run folder's last checkpoint", last)
+    return str(last)
 
 
 def _load_checkpoint(path: Path) -> dict[str, Any]:
