@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -131,7 +132,7 @@ def _one_run(log_dir: Path) -> Path:
 
 
 def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
-    run = _torchrun("--nproc_per_node=2", "train.py", "strategy=ddp", "trainer.devices=2", *SHORT,
+    run = _torchrun("--standalone", "--nproc_per_node=2", "train.py", "strategy=ddp", "trainer.devices=2", *SHORT,
                     f"paths.log_dir={tmp_path}")
     output = run.communicate(timeout=300)[0]
     assert run.returncode == 0, output[-3000:]
@@ -140,7 +141,9 @@ def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
 
 
 def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
-    port = str(29_500 + os.getpid() % 1_000)
+    with socket.socket() as probe:  # a free port for the rendezvous of the two agents
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
     agents = [
         _torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
                   f"--master_port={port}", "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",
