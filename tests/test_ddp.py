@@ -209,3 +209,23 @@ def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict
     assert result.returncode == 1
     assert message in result.stderr and "unset LOCAL_RANK" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_two_machines_started_by_hand_with_lightnings_variables(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    nodes = [
+        subprocess.Popen(
+            [sys.executable, "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",
+             "data.prepare_data_per_node=false", *SHORT, f"hydra.run.dir={tmp_path}"],
+            cwd=ROOT, env=os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(node)},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for node in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=300)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert {p.name for p in tmp_path.glob("*.log")} == {"train.log", "train_node_1.log"}
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "train_node_1.log").read_text()

@@ -56,7 +56,7 @@ def rendezvous_failure(err: Exception) -> InputError:
 
 
 def join_external_launch() -> list[str]:
-    """Under torchrun or srun: name one run folder for all ranks; return the overrides this rank needs."""
+    """Under torchrun, srun or a launch by hand: one run folder; return the overrides this rank needs."""
     if TorchElasticEnvironment.detect():
         rank = int(os.environ["RANK"])
         os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
@@ -65,6 +65,10 @@ def join_external_launch() -> list[str]:
         # The job id survives a requeue: a preempted run resumes in its own folder (Lightning's
         # SLURM environment saves a checkpoint there on SIGUSR1 and loads it at the restart).
         os.environ[RUN_ID] = f"slurm-{os.environ['SLURM_JOB_ID']}"
+    elif os.environ.get("NODE_RANK", "0") != "0" and "LOCAL_RANK" not in os.environ:
+        # Started by hand on another machine, with Lightning's variables: the user names the folder
+        # (hydra.run.dir), and Lightning starts this machine's other ranks.
+        return ["hydra.output_subdir=null", f"hydra.job.name={Path(sys.argv[0]).stem}_node_{os.environ['NODE_RANK']}"]
     else:
         return []
     if rank == 0:
