@@ -62,8 +62,9 @@ def join_external_launch() -> list[str]:
         os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
     elif SLURMEnvironment.detect() and int(os.environ["SLURM_NTASKS"]) > 1:
         rank = int(os.environ["SLURM_PROCID"])
-        # The job id survives a requeue: a preempted run resumes in its own folder (Lightning's
-        # SLURM environment saves a checkpoint there on SIGUSR1 and loads it at the restart).
+        # The job id survives a requeue: a preempted job resumes in its own folder, from the
+        # checkpoint Lightning saves there when SLURM signals it (sbatch --signal=SIGUSR1@90) or
+        # from its last.ckpt.
         os.environ[RUN_ID] = f"slurm-{os.environ['SLURM_JOB_ID']}"
     elif os.environ.get("NODE_RANK", "0") != "0" and "LOCAL_RANK" not in os.environ:
         # Started by hand on another machine, with Lightning's variables: the user names the folder

@@ -88,6 +88,8 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
 
 def _last_checkpoint(trainer: L.Trainer) -> str | None:
     """The run folder's own last.ckpt, if it has one: a requeued or restarted job resumes from it."""
+    if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
+        return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
     callback = trainer.checkpoint_callback
     last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
     if last is None or not last.is_file():
