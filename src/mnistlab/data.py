@@ -53,7 +53,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.loaders: dict[str, InMemoryLoader] = {}
 
     def prepare_data(self) -> None:
-        """Runs once per node (Lightning's rule): download when missing, then check the files."""
+        """Runs on one process per node, or one in all (prepare_data_per_node): download, then check."""
         missing = [name for name in FILES if not (self.raw_dir / name).is_file()]
         if missing and self.download:
             from torchvision.datasets import MNIST
