@@ -142,3 +142,47 @@ def test_malformed_file_is_refused_clearly(tmp_path: Path) -> None:
     dm.prepare_data()
     with pytest.raises(InputError, match="cannot decode the MNIST t10k files"):
         dm.setup("test")
+
+
+def _reference_batches(num_samples: int, batch_size: int, rank: int, world_size: int, seed: int, epoch: int):
+    """The batches written the plain way: shuffle, cut into global batches, deal each out by rank."""
+    order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    for start in range(0, num_samples, batch_size):
+        yield order[start : start + batch_size][rank::world_size]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_loader_serves_the_reference_batches(world_size: int) -> None:
+    num_samples, batch_size, seed = 1_003, 16, 11
+    for rank in range(world_size):
+        order = ShardedOrder(num_samples, batch_size, rank, world_size, shuffle=True, seed=seed)
+        loader = InMemoryLoader(torch.zeros(num_samples, 2), torch.arange(num_samples), order, transform=lambda x: x)
+        for epoch in (0, 1):
+            loader.sampler.set_epoch(epoch)
+            served = [y[y != PAD_LABEL].tolist() for _, y in loader]
+            assert served == list(_reference_batches(num_samples, batch_size, rank, world_size, seed, epoch))
+
+
+def test_lightning_sets_the_epoch_so_each_epoch_reshuffles(tmp_path: Path) -> None:
+    import functools
+
+    import lightning as L
+
+    from mnistlab.module import Classifier
+    from mnistlab.network import SimpleNN
+
+    first_batches = []
+
+    class FirstBatch(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
+            if batch_idx == 0:
+                first_batches.append(batch[1].clone())
+
+    dm = MNISTDataModule(DATA_DIR, batch_size=64)
+    model = Classifier(SimpleNN(), functools.partial(torch.optim.Adam, lr=1e-3))
+    trainer = L.Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=0, accelerator="cpu", logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, callbacks=[FirstBatch()],
+                        default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=dm)
+    assert dm.loaders["train"].sampler.epoch == 1
+    assert len(first_batches) == 2 and not torch.equal(first_batches[0], first_batches[1])
