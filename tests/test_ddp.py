@@ -229,3 +229,21 @@ def test_two_machines_started_by_hand_with_lightnings_variables(tmp_path: Path) 
     assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("config.yaml")] == [".hydra/config.yaml"]
     assert {p.name for p in tmp_path.glob("*.log")} == {"train.log", "train_node_1.log"}
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "train_node_1.log").read_text()
+
+
+def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
+    result = run_script(
+        "train.py", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
+        "model.optimizer.lr=interval(1e-4,1e-2)", "strategy=ddp", "trainer.devices=2", *SHORT,
+        f"paths.log_dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    best = {}
+    for job in ("0", "1"):
+        (lr,) = [o for o in (sweep / job / ".hydra" / "overrides.yaml").read_text().split() if "optimizer.lr=" in o]
+        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # the sampled lr, on both ranks
+            assert lr in (sweep / job / rank_log).read_text()
+        best[lr] = json.loads((sweep / job / "metrics.json").read_text())["val/acc_best"]
+    results = (sweep / "optimization_results.yaml").read_text()
+    assert f"best_value: {max(best.values())}" in results
