@@ -12,6 +12,7 @@ from mnistlab.checks import InputError
 from mnistlab.tasks import train
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -50,10 +50,11 @@ def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
     ]
 
 
-def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])  # jobs in this process, or in a pool of workers
+def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(launcher: str, tmp_path: Path) -> None:
     result = run_script(
-        "train.py", "-m", "strategy=ddp", "trainer.devices=2", "model.optimizer.lr=1e-3,3e-3", *SHORT,
-        f"paths.log_dir={tmp_path}",
+        "train.py", "-m", f"hydra/launcher={launcher}", "strategy=ddp", "trainer.devices=2",
+        "model.optimizer.lr=1e-3,3e-3", *SHORT, f"paths.log_dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks

@@ -31,6 +31,9 @@ from mnistlab.checks import InputError
 
 METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
 RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set (conf/hydra/default.yaml)
+# The entry script, set by train.py and eval.py: a sweep job may run in a worker process of a Hydra
+# launcher (joblib), whose own command line is not the script's.
+ENTRY_POINT = "MNISTLAB_ENTRY_POINT"
 # What launchers (torchrun, Lightning, by hand) tell a process about its place in the world.
 DISTRIBUTED_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -97,14 +100,11 @@ def is_distributed_sweep_job(cfg: DictConfig) -> bool:
 
 def run_job_in_fresh_processes() -> dict[str, float]:
     """Run this sweep job as a single run of the same entry point; return the metrics its rank 0 saved."""
-    import __main__
-
     hydra = HydraConfig.get()
     out = Path(hydra.runtime.output_dir)
-    script = ["-m", __main__.__spec__.name] if __main__.__spec__ else [os.path.abspath(sys.argv[0])]
     command = [
         sys.executable,
-        *script,
+        os.environ.get(ENTRY_POINT, os.path.abspath(sys.argv[0])),
         *hydra.overrides.task,  # this job's values, including the ones the sweeper chose
         f'hydra.run.dir="{out}"',  # the job's folder, already holding its saved config
         "hydra.output_subdir=null",
