@@ -43,6 +43,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         metrics |= _floats(trainer.callback_metrics)
         log.info("Tested %s: %s", best or "the last weights", _describe(metrics, "test/"))
     _save(metrics, trainer, cfg)
+    _leave_process_group(trainer)
     return metrics
 
 
@@ -65,6 +66,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     metrics = _floats(trainer.callback_metrics)
     log.info("Evaluated %s: %s", cfg.ckpt_path, _describe(metrics, "test/"))
     _save(metrics, trainer, cfg)
+    _leave_process_group(trainer)
     return metrics
 
 
@@ -114,6 +116,15 @@ def _save(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> Non
     """The run's final metrics, as <run dir>/metrics.json (rank 0 writes it, as all run files)."""
     if trainer.is_global_zero:
         (Path(cfg.paths.output_dir) / launch.METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+
+
+def _leave_process_group(trainer: L.Trainer) -> None:
+    """End the run's process group on every rank together. Left to interpreter exit, a rank that
+    outlives the one hosting the rendezvous store can abort ("terminate called without an active
+    exception") and fail its launcher."""
+    if torch.distributed.is_initialized():
+        trainer.strategy.barrier("end of run")
+        torch.distributed.destroy_process_group()
 
 
 def _floats(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
