@@ -56,7 +56,7 @@ class Classifier(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         losses = F.cross_entropy(self(x), y, reduction="none")  # padding rows (PAD_LABEL) give 0
-        self.train_loss.update(losses, weight=y != PAD_LABEL)
+        self.train_loss.update(losses.detach(), weight=y != PAD_LABEL)  # the metric needs no gradient
         # The sum over real rows divided by the full batch: every sample of an epoch weighs the same,
         # and the average over ranks that DDP takes equals one process's loss on the global batch.
         loss = losses.sum() / y.numel()
