@@ -40,6 +40,7 @@ def test_padding_rows_count_in_no_loss_or_metric(train_cfg) -> None:
     loss = model.training_step((x, padded_y), 0)
     expected = nn.functional.cross_entropy(model(x[:6]), y[:6], reduction="sum") / 8
     torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(model.train_loss_sum.compute() / model.train_rows.compute(), expected * 8 / 6)
     model.validation_step((x, padded_y), 0)
     logits = model(x[:6])
     torch.testing.assert_close(model.val_metrics["acc"].compute(), (logits.argmax(1) == y[:6]).float().mean())
