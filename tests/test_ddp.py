@@ -124,6 +124,13 @@ def _torchrun(*args: str, timeout: float = 300) -> subprocess.Popen[str]:
     return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _free_port() -> str:
+    """A port for the rendezvous of processes that are started separately."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
 def _one_run(log_dir: Path) -> Path:
     (run,) = (log_dir / "train" / "runs").iterdir()
     assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
@@ -142,9 +149,7 @@ def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
 
 
 def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a free port for the rendezvous of the two agents
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = _free_port()
     agents = [
         _torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
                   f"--master_port={port}", "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",
@@ -213,9 +218,7 @@ def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict
 
 
 def test_two_machines_started_by_hand_with_lightnings_variables(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
+    port = _free_port()
     nodes = [
         subprocess.Popen(
             [sys.executable, "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",

@@ -42,8 +42,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
         metrics |= _floats(trainer.callback_metrics)
         log.info("Tested %s: %s", best or "the last weights", _describe(metrics, "test/"))
-    _save(metrics, trainer, cfg)
-    _leave_process_group(trainer)
+    _finish(metrics, trainer, cfg)
     return metrics
 
 
@@ -65,8 +64,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     trainer.test(model, datamodule=datamodule)
     metrics = _floats(trainer.callback_metrics)
     log.info("Evaluated %s: %s", cfg.ckpt_path, _describe(metrics, "test/"))
-    _save(metrics, trainer, cfg)
-    _leave_process_group(trainer)
+    _finish(metrics, trainer, cfg)
     return metrics
 
 
@@ -112,16 +110,12 @@ def _load_checkpoint(path: Path) -> dict[str, Any]:
     return checkpoint
 
 
-def _save(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> None:
-    """The run's final metrics, as <run dir>/metrics.json (rank 0 writes it, as all run files)."""
+def _finish(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> None:
+    """Save the run's final metrics as <run dir>/metrics.json (rank 0, as all run files), then end the
+    process group on every rank together. Left to interpreter exit, a rank that outlives the one
+    hosting the rendezvous store can abort ("terminate called without an active exception")."""
     if trainer.is_global_zero:
         (Path(cfg.paths.output_dir) / launch.METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-
-
-def _leave_process_group(trainer: L.Trainer) -> None:
-    """End the run's process group on every rank together. Left to interpreter exit, a rank that
-    outlives the one hosting the rendezvous store can abort ("terminate called without an active
-    exception") and fail its launcher."""
     if torch.distributed.is_initialized():
         trainer.strategy.barrier("end of run")
         torch.distributed.destroy_process_group()
