@@ -25,6 +25,17 @@ def test_train_logs_every_metric_and_saves_plain_checkpoints(train_cfg, tmp_path
     assert (tmp_path / "csv" / "metrics.csv").is_file()
 
 
+def test_cpu_runs_do_not_probe_for_gpus_at_every_optimizer_step(train_cfg, monkeypatch) -> None:
+    # Lightning's NVML-based CUDA check makes Adam re-open libnvidia-ml at each step() of a CPU run.
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as importing Lightning sets it
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    probes = []
+    probe = torch.cuda._raw_device_count_nvml
+    monkeypatch.setattr(torch.cuda, "_raw_device_count_nvml", lambda: probes.append(1) or probe())
+    train(train_cfg)  # 20 optimizer steps
+    assert len(probes) < 5, f"{len(probes)} NVML probes: one per step"
+
+
 def test_eval_of_the_best_checkpoint_matches_the_end_of_training(tmp_path: Path) -> None:
     cfg = compose_config("train", tmp_path / "train", [*SHORT[:3], "logger=none"])  # the whole test set
     trained = train(cfg)
