@@ -28,10 +28,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORTS = "import torch, torchvision, lightning, hydra"
+
+
+def mnist(device: str) -> tuple[object, ...]:
+    """The training split as train.py draws it (conf/data/mnist.yaml), normalised, on ``device``."""
+    import torch
+    from torchvision.datasets import MNIST
+
+    images = MNIST(os.environ.get("DATA_DIR", str(ROOT / "data")), train=True)
+    split = torch.randperm(60_000, generator=torch.Generator().manual_seed(12345))
+    x = ((images.data.float() / 255 - 0.1307) / 0.3081).unsqueeze(1).to(device)
+    y = images.targets.to(device)
+    return x[split[:-5000]], y[split[:-5000]], x[split[-5000:]], y[split[-5000:]]
 
 
 def baseline(epochs: int, device: str, fused: bool) -> None:
@@ -39,17 +52,11 @@ def baseline(epochs: int, device: str, fused: bool) -> None:
     ``fused``: Adam's one-kernel update, as conf/model/simple_nn.yaml chooses, instead of the seed's."""
     import torch
     import torch.nn.functional as F
-    from torchvision.datasets import MNIST
 
-    sys.path.insert(0, str(ROOT / "src"))
     from mnistlab.network import SimpleNN  # a plain nn.Module: imports torch only
 
     torch.manual_seed(0)
-    mnist = MNIST(os.environ.get("DATA_DIR", str(ROOT / "data")), train=True)
-    split = torch.randperm(60_000, generator=torch.Generator().manual_seed(12345))  # as conf/data/mnist.yaml
-    x = ((mnist.data.float() / 255 - 0.1307) / 0.3081).unsqueeze(1).to(device)
-    y = mnist.targets.to(device)
-    (x_train, y_train), (x_val, y_val) = (x[split[:-5000]], y[split[:-5000]]), (x[split[-5000:]], y[split[-5000:]])
+    x_train, y_train, x_val, y_val = mnist(device)
     net = SimpleNN().to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=fused)
     for _ in range(epochs):
@@ -65,6 +72,53 @@ def baseline(epochs: int, device: str, fused: bool) -> None:
         with torch.no_grad():
             correct = sum((net(x_val[i : i + 64]).argmax(1) == y_val[i : i + 64]).sum() for i in range(0, len(y_val), 64))
         print(f"val acc {int(correct) / len(y_val):.4f}")
+
+
+def bare_lightning(epochs: int, device: str) -> None:
+    """The fused-Adam baseline as the smallest LightningModule, under a Trainer with no callback,
+    logger, checkpoint, progress bar or metric: Lightning's own loop, the floor under train.py."""
+    import lightning as L
+    import torch
+    import torch.nn.functional as F
+
+    from mnistlab.network import SimpleNN
+
+    os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)  # as mnistlab.tasks does on the CPU
+
+    class Batches:
+        """Whole-batch indexing in a new order each epoch, as the baseline does."""
+
+        def __init__(self, x: torch.Tensor, y: torch.Tensor, shuffle: bool) -> None:
+            self.x, self.y, self.shuffle = x, y, shuffle
+
+        def __len__(self) -> int:
+            return -(-len(self.y) // 64)
+
+        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            n = len(self.y)
+            order = torch.randperm(n, device=device) if self.shuffle else torch.arange(n, device=device)
+            return ((self.x[batch], self.y[batch]) for batch in order.split(64))
+
+    class Bare(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = SimpleNN()
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
+            return F.cross_entropy(self.net(batch[0]), batch[1])
+
+        def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], _: int) -> torch.Tensor:
+            return (self.net(batch[0]).argmax(1) == batch[1]).sum()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.Adam(self.parameters(), lr=1e-3, fused=True)
+
+    torch.manual_seed(0)
+    x_train, y_train, x_val, y_val = mnist(device)
+    switches = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_epochs=epochs,
+                        num_sanity_val_steps=0, **switches)
+    trainer.fit(Bare(), Batches(x_train, y_train, True), Batches(x_val, y_val, False))
 
 
 def wall(command: list[str]) -> float:
@@ -86,6 +140,7 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
     rows: dict[str, object] = {
         "baseline": lambda e: [py, __file__, "--baseline", str(e), "--device", device],
         "baseline fused Adam": lambda e: [py, __file__, "--baseline", str(e), "--device", device, "--fused"],
+        "bare Lightning": lambda e: [py, __file__, "--bare-lightning", str(e), "--device", device],
         "train.py": lambda e: [*train, f"trainer.max_epochs={e}"],
         "train.py ddp x2": lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"],
         "import only": [py, "-c", IMPORTS],
@@ -142,7 +197,10 @@ def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object
     rows: dict[str, object] = {name: round(seconds, 3) for name, seconds in times.items()}
     rows["epoch ratio train.py / baseline (target <= 1.25)"] = round(epoch / base, 3)
     # The same loop with the optimizer train.py uses: what Lightning, Hydra and the template cost alone.
-    rows["epoch ratio train.py / baseline fused Adam"] = round(epoch / times["baseline fused Adam epoch"], 3)
+    fused, bare = times["baseline fused Adam epoch"], times["bare Lightning epoch"]
+    rows["epoch ratio train.py / baseline fused Adam"] = round(epoch / fused, 3)
+    rows["epoch ratio bare Lightning / baseline fused Adam (Lightning's loop)"] = round(bare / fused, 3)
+    rows["epoch ratio train.py / bare Lightning (the template and Hydra)"] = round(epoch / bare, 3)
     rows["start-up ratio fast_dev_run / import only (target <= 1.3)"] = round(
         times["train.py fast_dev_run"] / times["import only"], 3
     )
@@ -167,9 +225,12 @@ def main() -> None:
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-lightning", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline:
         return baseline(args.baseline, args.device, args.fused)
+    if args.bare_lightning:
+        return bare_lightning(args.bare_lightning, args.device)
     rows = report(measure(args.repeats, args.gpu, args.switches), test_accuracy_per_epoch(args.gpu))
     width = max(map(len, rows))
     for name, value in rows.items():

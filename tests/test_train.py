@@ -120,6 +120,15 @@ def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, cap
     assert (last["epoch"], last["global_step"]) == (1, 20)
 
 
+def test_last_checkpoint_follows_every_epoch_without_improvement(tmp_path: Path) -> None:
+    """With lr=0, val/acc never improves after epoch 0: last.ckpt must still be written at the end of
+    each epoch (Lightning 2.6's save_last writes it only beside a new best, or when training ends)."""
+    overrides = [*SHORT, "trainer.max_epochs=2", "model.optimizer.lr=0", "test=false", "logger=none"]
+    train(compose_config("train", tmp_path, overrides))
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (last["epoch"], last["global_step"]) == (1, 40)  # epoch 2 would mean: written after training
+
+
 def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> None:
     """Stop after 14 of an epoch's 20 steps, resume: the weights end exactly as without the stop."""
     short = ["trainer.max_epochs=1", "trainer.limit_train_batches=20", "trainer.limit_val_batches=2", "test=false",

@@ -73,8 +73,8 @@ class ShardedOrder:
 class InMemoryLoader:
     """An iterable of ``(inputs, targets)`` batches for Lightning, with the state to resume mid-epoch.
 
-    ``inputs`` and ``targets`` hold the whole split on the device the model runs on; ``transform``
-    turns an indexed batch of raw inputs into the model's input. Padding rows carry
+    ``inputs`` and ``targets`` hold the whole split on the device the model runs on; ``transform``,
+    if given, applies to each indexed batch (augmentation on the device, say). Padding rows carry
     :data:`PAD_LABEL`.
     """
 
@@ -83,7 +83,7 @@ class InMemoryLoader:
         inputs: Tensor,
         targets: Tensor,
         sampler: ShardedOrder,
-        transform: Callable[[Tensor], Tensor],
+        transform: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         assert len(inputs) == len(targets) == sampler.num_samples
         self.inputs, self.targets = inputs, targets
@@ -104,7 +104,8 @@ class InMemoryLoader:
         start, self.sampler.start = self.sampler.start, 0
         for step in range(start, len(rows)):
             self.served = step + 1
-            yield self.transform(self.inputs[rows[step]]), targets[step]
+            inputs = self.inputs[rows[step]]
+            yield inputs if self.transform is None else self.transform(inputs), targets[step]
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.sampler.epoch, "served": self.served, "seed": self.sampler.seed}

@@ -1,6 +1,5 @@
 """MNIST as a ``LightningDataModule``: the official 60k/10k split, decoded once, served from memory."""
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ FILES = {
 
 
 def normalize(images: Tensor, mean: float, std: float) -> Tensor:
-    """uint8 images (batch, 28, 28) -> float (batch, 1, 28, 28), standardised."""
+    """uint8 images (N, 28, 28) -> float (N, 1, 28, 28), standardised."""
     return images.unsqueeze(1).float().sub_(mean * 255).div_(std * 255)
 
 
@@ -49,7 +48,7 @@ class MNISTDataModule(L.LightningDataModule):
         self.raw_dir = Path(data_dir) / "MNIST" / "raw"
         self.batch_size, self.val_size, self.split_seed = batch_size, val_size, split_seed
         self.shuffle_seed, self.download = shuffle_seed, download
-        self.transform = functools.partial(normalize, mean=mean, std=std)
+        self.mean, self.std = mean, std
         self.loaders: dict[str, InMemoryLoader] = {}
 
     def prepare_data(self) -> None:
@@ -103,7 +102,10 @@ class MNISTDataModule(L.LightningDataModule):
         rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
         device = trainer.strategy.root_device if trainer else torch.device("cpu")
         order = ShardedOrder(len(labels), self.batch_size, rank, world_size, shuffle, self.shuffle_seed)
-        return InMemoryLoader(images.to(device), labels.to(device), order, self.transform)
+        # Normalised once, as float32 (4 bytes a pixel: 172 MB for the 55,000 training images) rather than per
+        # batch from uint8: 26 us less per step, 3% of a step of this model on a CPU (benchmarks/).
+        inputs = normalize(images.to(device), self.mean, self.std)
+        return InMemoryLoader(inputs, labels.to(device), order)
 
     def read(self, train: bool) -> tuple[Tensor, Tensor]:
         """The images (uint8, N x 28 x 28) and labels of the training (60,000) or test (10,000) files."""
