@@ -91,10 +91,11 @@ def test_bad_input_is_refused_with_a_clear_message(script: str, overrides: list[
 
 
 @pytest.mark.slow
-def test_defaults_reach_the_seed_accuracy(tmp_path: Path) -> None:
-    """The default config, unchanged: 10 epochs of the seed's recipe must reach 97.5% test accuracy."""
+def test_defaults_reach_98_percent(tmp_path: Path) -> None:
+    """The default config, unchanged (10 epochs, cosine schedule): the best checkpoint must reach 98%
+    test accuracy; the seed's recipe (a constant lr) reached 97.5%."""
     metrics = train(compose_config("train", tmp_path, ["logger=none"]))
-    assert metrics["test/acc"] >= 0.975
+    assert metrics["test/acc"] >= 0.98
 
 
 @pytest.mark.slow
