@@ -231,6 +231,11 @@ def main() -> None:
         return baseline(args.baseline, args.device, args.fused)
     if args.bare_lightning:
         return bare_lightning(args.bare_lightning, args.device)
+    if args.gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("--gpu: this machine has no CUDA GPU; run without --gpu to measure the CPU")
     rows = report(measure(args.repeats, args.gpu, args.switches), test_accuracy_per_epoch(args.gpu))
     width = max(map(len, rows))
     for name, value in rows.items():

@@ -113,12 +113,15 @@ def test_multirun_sweep_writes_one_job_folder_per_job(tmp_path: Path) -> None:
 def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog) -> None:
     """As a requeued SLURM job or a restarted torchrun job does: same folder, same command."""
     overrides = ["trainer.limit_train_batches=10", "trainer.limit_val_batches=2", "test=false", "logger=none"]
-    train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
+    first = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
     assert "Restored all states" not in caplog.text
-    train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert float(saved["val_acc_best.max_value"]) == first["val/acc_best"]  # the best so far travels along
+    second = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
     assert f"Restored all states from the checkpoint at {tmp_path / 'checkpoints' / 'last.ckpt'}" in caplog.text
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert (last["epoch"], last["global_step"]) == (1, 20)
+    assert second["val/acc_best"] == max(first["val/acc_best"], second["val/acc"])  # over both runs' epochs
 
 
 def test_last_checkpoint_follows_every_epoch_without_improvement(tmp_path: Path) -> None:

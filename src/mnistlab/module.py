@@ -44,6 +44,7 @@ class Classifier(L.LightningModule):
         self.train_sums: tuple[Tensor, Tensor] | None = None
         self.val_metrics, self.test_metrics = self._eval_metrics(num_classes), self._eval_metrics(num_classes)
         self.val_acc_best = MaxMetric()
+        self.val_acc_best.persistent(True)  # in checkpoints: a resumed run (a requeued job) keeps its best
 
     @staticmethod
     def _eval_metrics(num_classes: int) -> nn.ModuleDict:
@@ -91,7 +92,6 @@ class Classifier(L.LightningModule):
         metrics["samples"].update(real.sum())
 
     def on_train_start(self) -> None:  # also when resuming mid-epoch, unlike on_train_epoch_start
-        self.val_acc_best.reset()  # forget the sanity check's validation before training
         self.train_sums = torch.zeros((), device=self.device), torch.zeros((), dtype=torch.long, device=self.device)
 
     def on_train_epoch_end(self) -> None:
@@ -101,9 +101,11 @@ class Classifier(L.LightningModule):
             s.zero_()
 
     def on_validation_epoch_end(self) -> None:
-        self.val_acc_best.update(self.val_metrics["acc"].compute())
+        accuracy = self.val_metrics["acc"].compute()
         self._log_epoch("val", self.val_metrics)
-        self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True)  # kept across epochs
+        if not self.trainer.sanity_checking:  # a few batches before training are no epoch's result
+            self.val_acc_best.update(accuracy)
+            self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True)  # over all epochs so far
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test", self.test_metrics)
