@@ -1,8 +1,11 @@
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 import torch
+from hydra.utils import instantiate
 
+from mnistlab.checkpoint_io import AtomicCheckpointIO
 from mnistlab.checks import InputError
 from mnistlab.tasks import evaluate, train
 
@@ -131,6 +134,28 @@ def test_last_checkpoint_follows_every_epoch_without_improvement(tmp_path: Path)
     train(compose_config("train", tmp_path, overrides))
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert (last["epoch"], last["global_step"]) == (1, 40)  # epoch 2 would mean: written after training
+
+
+def test_a_checkpoint_write_cut_short_leaves_the_previous_file_whole(tmp_path: Path, monkeypatch) -> None:
+    """A job killed while writing last.ckpt (a time limit, a preemption) must still find the last one."""
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"global_step": 1}, path)
+
+    def killed_mid_write(obj: object, file: BinaryIO) -> None:
+        file.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # what SIGINT, or SLURM's signal before the kill, raises
+
+    monkeypatch.setattr(torch, "save", killed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        AtomicCheckpointIO().save_checkpoint({"global_step": 2}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"global_step": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # and no partial file left behind
+
+
+def test_training_writes_checkpoints_through_the_atomic_writer(train_cfg) -> None:
+    trainer = instantiate(train_cfg.trainer)
+    assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
 
 
 def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> None:
