@@ -39,6 +39,11 @@ def test_cpu_runs_do_not_probe_for_gpus_at_every_optimizer_step(train_cfg, monke
     assert len(probes) < 5, f"{len(probes)} NVML probes: one per step"
 
 
+def test_a_wrong_matmul_precision_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="float32_matmul_precision=fast: one of highest, high"):
+        train(compose_config("train", tmp_path, [*SHORT, "float32_matmul_precision=fast"]))
+
+
 def test_eval_of_the_best_checkpoint_matches_the_end_of_training(tmp_path: Path) -> None:
     cfg = compose_config("train", tmp_path / "train", [*SHORT[:3], "logger=none"])  # the whole test set
     trained = train(cfg)

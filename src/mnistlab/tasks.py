@@ -71,6 +71,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
 
 
 def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
+    _set_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model)
     # Plain containers only: checkpoints must load with torch.load(weights_only=True).
@@ -88,6 +89,13 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     if isinstance(trainer.accelerator, CPUAccelerator):
         _skip_nvml_probe()
     return datamodule, model, trainer
+
+
+def _set_matmul_precision(precision: str) -> None:
+    """Tensor cores for float32 matrix products on a GPU (torch only warns about a wrong value)."""
+    if precision not in ("highest", "high", "medium"):
+        raise InputError(f"float32_matmul_precision={precision}: one of highest, high (TF32 on a GPU), medium (bf16)")
+    torch.set_float32_matmul_precision(precision)
 
 
 def _skip_nvml_probe() -> None:
