@@ -22,6 +22,7 @@ never run it beside another heavy job, and quote ratios, which are steadier than
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -70,7 +71,9 @@ def baseline(epochs: int, device: str, fused: bool) -> None:
             optimizer.step()
         net.eval()
         with torch.no_grad():
-            correct = sum((net(x_val[i : i + 64]).argmax(1) == y_val[i : i + 64]).sum() for i in range(0, len(y_val), 64))
+            correct = sum(
+                (net(x_val[i : i + 64]).argmax(1) == y_val[i : i + 64]).sum() for i in range(0, len(y_val), 64)
+            )
         print(f"val acc {int(correct) / len(y_val):.4f}")
 
 
@@ -92,7 +95,7 @@ def bare_lightning(epochs: int, device: str) -> None:
             self.x, self.y, self.shuffle = x, y, shuffle
 
         def __len__(self) -> int:
-            return -(-len(self.y) // 64)
+            return math.ceil(len(self.y) / 64)
 
         def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
             n = len(self.y)
@@ -115,16 +118,26 @@ def bare_lightning(epochs: int, device: str) -> None:
 
     torch.manual_seed(0)
     x_train, y_train, x_val, y_val = mnist(device)
-    switches = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    trainer = L.Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1, max_epochs=epochs,
-                        num_sanity_val_steps=0, **switches)
+    switches = {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
+    trainer = L.Trainer(
+        accelerator="gpu" if device == "cuda" else "cpu",
+        devices=1,
+        max_epochs=epochs,
+        num_sanity_val_steps=0,
+        **switches,
+    )
     trainer.fit(Bare(), Batches(x_train, y_train, True), Batches(x_val, y_val, False))
 
 
 def wall(command: list[str]) -> float:
     """Seconds a command takes from start to exit; it must succeed."""
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if result.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")

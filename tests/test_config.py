@@ -12,7 +12,18 @@ from mnistlab.tasks import train
 from conftest import ROOT, compose_config
 
 CONF = ROOT / "conf"
-GROUPS = ["data", "model", "model/scheduler", "trainer", "strategy", "callbacks", "logger", "paths", "debug", "experiment"]
+GROUPS = [
+    "data",
+    "model",
+    "model/scheduler",
+    "trainer",
+    "strategy",
+    "callbacks",
+    "logger",
+    "paths",
+    "debug",
+    "experiment",
+]
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without a GPU")
 
 

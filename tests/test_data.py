@@ -50,7 +50,9 @@ def test_every_test_image_is_served_once(datamodule: MNISTDataModule) -> None:
 def test_shards_partition_each_global_batch(world_size: int) -> None:
     num_samples, batch_size = 1_000, 12  # 1,000 = 83 full batches + 4
     single = ShardedOrder(num_samples, batch_size, shuffle=True, seed=7).indices()
-    shards = [ShardedOrder(num_samples, batch_size, r, world_size, shuffle=True, seed=7).indices() for r in range(world_size)]
+    shards = [
+        ShardedOrder(num_samples, batch_size, r, world_size, shuffle=True, seed=7).indices() for r in range(world_size)
+    ]
     assert all(s.shape == (84, batch_size // world_size) for s in shards)
     for step in range(len(single)):
         together = torch.cat([s[step] for s in shards])
@@ -180,9 +182,17 @@ def test_lightning_sets_the_epoch_so_each_epoch_reshuffles(tmp_path: Path) -> No
 
     dm = MNISTDataModule(DATA_DIR, batch_size=64)
     model = Classifier(SimpleNN(), functools.partial(torch.optim.Adam, lr=1e-3))
-    trainer = L.Trainer(max_epochs=2, limit_train_batches=2, limit_val_batches=0, accelerator="cpu", logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, callbacks=[FirstBatch()],
-                        default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_epochs=2,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[FirstBatch()],
+        default_root_dir=tmp_path,
+    )
     trainer.fit(model, datamodule=dm)
     assert dm.loaders["train"].sampler.epoch == 1
     assert len(first_batches) == 2 and not torch.equal(first_batches[0], first_batches[1])

@@ -45,16 +45,24 @@ def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
     result = run_script("train.py", "strategy=ddp_nccl", "trainer.devices=2", f"paths.log_dir={tmp_path}", timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "Error: trainer.accelerator=gpu (also set by strategy=ddp_nccl and strategy=fsdp) needs a CUDA GPU and this "
-        "machine has none; use trainer.accelerator=cpu, with strategy=ddp for several processes"
+        (
+            "Error: trainer.accelerator=gpu (also set by strategy=ddp_nccl and strategy=fsdp) needs a CUDA GPU and "
+            "this machine has none; use trainer.accelerator=cpu, with strategy=ddp for several processes"
+        )
     ]
 
 
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])  # jobs in this process, or in a pool of workers
 def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(launcher: str, tmp_path: Path) -> None:
     result = run_script(
-        "train.py", "-m", f"hydra/launcher={launcher}", "strategy=ddp", "trainer.devices=2",
-        "model.optimizer.lr=1e-3,3e-3", *SHORT, f"paths.log_dir={tmp_path}",
+        "train.py",
+        "-m",
+        f"hydra/launcher={launcher}",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "model.optimizer.lr=1e-3,3e-3",
+        *SHORT,
+        f"paths.log_dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
@@ -88,9 +96,9 @@ def test_ddp_computes_what_one_process_computes(one_and_two_processes: tuple[Pat
     assert one["global_step"] == two["global_step"] == 20
     torch.manual_seed(42)  # the runs' seed: their common starting point
     start = {f"net.{name}": value for name, value in SimpleNN().state_dict().items()}
-    for name in start:  # every weight of the network (the state_dict also holds val_acc_best)
+    for name, initial in start.items():  # every weight of the network (the state_dict also holds val_acc_best)
         value = one["state_dict"][name]
-        assert (value - start[name]).abs().max() > 1e-3  # 20 Adam steps moved every tensor
+        assert (value - initial).abs().max() > 1e-3  # 20 Adam steps moved every tensor
         torch.testing.assert_close(two["state_dict"][name], value, rtol=0, atol=1e-5)
 
 
@@ -99,7 +107,9 @@ def test_three_ranks_evaluate_every_test_image_exactly_once(one_and_two_processe
     results = []
     for processes in ([], ["strategy=ddp", "trainer.devices=3"]):  # 10,000 does not divide by 3
         out = tmp_path / str(len(processes))
-        result = run_script("eval.py", f"ckpt_path={checkpoint}", "data.batch_size=63", *processes, f"hydra.run.dir={out}")
+        result = run_script(
+            "eval.py", f"ckpt_path={checkpoint}", "data.batch_size=63", *processes, f"hydra.run.dir={out}"
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         results.append(json.loads((out / "metrics.json").read_text()))
     single, three = results
@@ -141,8 +151,15 @@ def _one_run(log_dir: Path) -> Path:
 
 
 def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
-    run = _torchrun("--standalone", "--nproc_per_node=2", "train.py", "strategy=ddp", "trainer.devices=2", *SHORT,
-                    f"paths.log_dir={tmp_path}")
+    run = _torchrun(
+        "--standalone",
+        "--nproc_per_node=2",
+        "train.py",
+        "strategy=ddp",
+        "trainer.devices=2",
+        *SHORT,
+        f"paths.log_dir={tmp_path}",
+    )
     output = run.communicate(timeout=300)[0]
     assert run.returncode == 0, output[-3000:]
     assert "Starting with 2 processes" in output
@@ -152,9 +169,20 @@ def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
 def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
     port = _free_port()
     agents = [
-        _torchrun("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-                  f"--master_port={port}", "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",
-                  "data.prepare_data_per_node=false", *SHORT, f"paths.log_dir={tmp_path}")
+        _torchrun(
+            "--nnodes=2",
+            f"--node_rank={node}",
+            "--nproc_per_node=1",
+            "--master_addr=127.0.0.1",
+            f"--master_port={port}",
+            "train.py",
+            "strategy=ddp",
+            "trainer.devices=1",
+            "trainer.num_nodes=2",
+            "data.prepare_data_per_node=false",
+            *SHORT,
+            f"paths.log_dir={tmp_path}",
+        )
         for node in (0, 1)
     ]
     outputs = [agent.communicate(timeout=300)[0] for agent in agents]
@@ -166,19 +194,28 @@ def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
 def _fake_srun_task(rank: int, tasks: int, job_id: str, *overrides: str) -> subprocess.Popen[str]:
     """A process as srun starts it: SLURM's variables say which task of which job it is."""
     slurm = {
-        "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "train", "SLURM_NTASKS": str(tasks),
-        "SLURM_NTASKS_PER_NODE": str(tasks), "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
-        "SLURM_NODEID": "0", "SLURM_NODELIST": "127.0.0.1", "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_ID": job_id,
+        "SLURM_JOB_NAME": "train",
+        "SLURM_NTASKS": str(tasks),
+        "SLURM_NTASKS_PER_NODE": str(tasks),
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_NODEID": "0",
+        "SLURM_NODELIST": "127.0.0.1",
+        "SLURM_JOB_NUM_NODES": "1",
     }
     command = [sys.executable, "train.py", *overrides]
-    return subprocess.Popen(command, cwd=ROOT, env=os.environ | slurm, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command, cwd=ROOT, env=os.environ | slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def test_srun_tasks_are_recognised_and_share_the_job_folder(tmp_path: Path) -> None:
     job_id = str(40_000 + os.getpid() % 1_000)  # Lightning derives the rendezvous port from it
-    tasks = [_fake_srun_task(r, 2, job_id, "strategy=ddp", "trainer.devices=2", *SHORT, f"paths.log_dir={tmp_path}")
-             for r in (0, 1)]
+    tasks = [
+        _fake_srun_task(r, 2, job_id, "strategy=ddp", "trainer.devices=2", *SHORT, f"paths.log_dir={tmp_path}")
+        for r in (0, 1)
+    ]
     outputs = [task.communicate(timeout=300)[0] for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     run = _one_run(tmp_path)
@@ -196,8 +233,13 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.nodes, launcher.tasks_per_node) == (2, 4)
-    script = _make_sbatch_string("python train.py", tmp_path, nodes=launcher.nodes,
-                                 ntasks_per_node=launcher.tasks_per_node, signal_delay_s=launcher.signal_delay_s)
+    script = _make_sbatch_string(
+        "python train.py",
+        tmp_path,
+        nodes=launcher.nodes,
+        ntasks_per_node=launcher.tasks_per_node,
+        signal_delay_s=launcher.signal_delay_s,
+    )
     assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=4" in script
     assert "#SBATCH --signal=USR2@120" in script  # submitit asks for the signal 120 s before the limit
 
@@ -210,9 +252,17 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
     ],
 )
 def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict, message: str, tmp_path) -> None:
-    command = [sys.executable, "train.py", "strategy=ddp", "trainer.devices=2", "trainer.strategy.timeout.seconds=5",
-               f"paths.log_dir={tmp_path}"]
-    result = subprocess.run(command, cwd=ROOT, env=os.environ | stray, capture_output=True, text=True, timeout=120)
+    command = [
+        sys.executable,
+        "train.py",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "trainer.strategy.timeout.seconds=5",
+        f"paths.log_dir={tmp_path}",
+    ]
+    result = subprocess.run(
+        command, cwd=ROOT, env=os.environ | stray, capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 1
     assert message in result.stderr and "unset LOCAL_RANK" in result.stderr
     assert "Traceback" not in result.stderr
@@ -222,10 +272,21 @@ def test_two_machines_started_by_hand_with_lightnings_variables(tmp_path: Path) 
     port = _free_port()
     nodes = [
         subprocess.Popen(
-            [sys.executable, "train.py", "strategy=ddp", "trainer.devices=1", "trainer.num_nodes=2",
-             "data.prepare_data_per_node=false", *SHORT, f"hydra.run.dir={tmp_path}"],
-            cwd=ROOT, env=os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(node)},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "train.py",
+                "strategy=ddp",
+                "trainer.devices=1",
+                "trainer.num_nodes=2",
+                "data.prepare_data_per_node=false",
+                *SHORT,
+                f"hydra.run.dir={tmp_path}",
+            ],
+            cwd=ROOT,
+            env=os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(node)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         for node in (0, 1)
     ]
@@ -238,8 +299,15 @@ def test_two_machines_started_by_hand_with_lightnings_variables(tmp_path: Path) 
 
 def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
     result = run_script(
-        "train.py", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
-        "model.optimizer.lr=interval(1e-4,1e-2)", "strategy=ddp", "trainer.devices=2", *SHORT,
+        "train.py",
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize",
+        "model.optimizer.lr=interval(1e-4,1e-2)",
+        "strategy=ddp",
+        "trainer.devices=2",
+        *SHORT,
         f"paths.log_dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]

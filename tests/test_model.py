@@ -1,11 +1,11 @@
 import lightning as L
 import torch
+from hydra.utils import instantiate
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistlab.batches import PAD_LABEL
 from mnistlab.network import SimpleNN
-from hydra.utils import instantiate
 
 
 def test_simple_nn_is_the_seed_network() -> None:
@@ -23,8 +23,15 @@ def test_one_step_lowers_the_loss_on_a_fixed_batch(train_cfg) -> None:
     x, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
     with torch.no_grad():
         before = nn.functional.cross_entropy(model(x), y)
-    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", limit_val_batches=0)
+    trainer = L.Trainer(
+        max_steps=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        limit_val_batches=0,
+    )
     trainer.fit(model, train_dataloaders=DataLoader(TensorDataset(x, y), batch_size=64))
     with torch.no_grad():
         after = nn.functional.cross_entropy(model(x), y)

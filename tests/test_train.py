@@ -165,18 +165,28 @@ def test_training_writes_checkpoints_through_the_atomic_writer(train_cfg) -> Non
 
 def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> None:
     """Stop after 14 of an epoch's 20 steps, resume: the weights end exactly as without the stop."""
-    short = ["trainer.max_epochs=1", "trainer.limit_train_batches=20", "trainer.limit_val_batches=2", "test=false",
-             "logger=none"]
+    short = [
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=20",
+        "trainer.limit_val_batches=2",
+        "test=false",
+        "logger=none",
+    ]
     train(compose_config("train", tmp_path / "whole", short))
-    every_7_steps = ["callbacks.model_checkpoint.monitor=null", "callbacks.model_checkpoint.save_top_k=-1",
-                     "callbacks.model_checkpoint.filename='step{step}'", "callbacks.model_checkpoint.every_n_train_steps=7",
-                     "callbacks.model_checkpoint.every_n_epochs=null"]
+    every_7_steps = [
+        "callbacks.model_checkpoint.monitor=null",
+        "callbacks.model_checkpoint.save_top_k=-1",
+        "callbacks.model_checkpoint.filename='step{step}'",
+        "callbacks.model_checkpoint.every_n_train_steps=7",
+        "callbacks.model_checkpoint.every_n_epochs=null",
+    ]
     train(compose_config("train", tmp_path / "stopped", [*short, *every_7_steps]))
     mid_epoch = tmp_path / "stopped" / "checkpoints" / "step14.ckpt"
     assert torch.load(mid_epoch, weights_only=True)["global_step"] == 14
     train(compose_config("train", tmp_path / "resumed", [*short, f"ckpt_path={mid_epoch}"]))
-    whole, resumed = (torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True)
-                      for run in ("whole", "resumed"))
+    whole, resumed = (
+        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True) for run in ("whole", "resumed")
+    )
     assert resumed["global_step"] == 20
     for name, value in whole["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][name], value, rtol=0, atol=0)

@@ -125,7 +125,11 @@ class Classifier(L.LightningModule):
         scheduler = self.make_scheduler(optimizer)
         return {
             "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": self.hparams.scheduler_interval, "monitor": "val/loss"},
+            "lr_scheduler": {
+                "scheduler": scheduler,
+                "interval": self.hparams.scheduler_interval,
+                "monitor": "val/loss",
+            },
         }
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
