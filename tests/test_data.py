@@ -78,7 +78,7 @@ def test_each_epoch_reshuffles_reproducibly() -> None:
 def test_loader_resumes_mid_epoch_at_the_same_batch() -> None:
     def loader() -> InMemoryLoader:
         order = ShardedOrder(100, 10, rank=1, world_size=2, shuffle=True, seed=5)
-        return InMemoryLoader(torch.arange(100).float(), torch.arange(100), order, transform=lambda x: x)
+        return InMemoryLoader(torch.arange(100).float(), torch.arange(100), order)
 
     uninterrupted = loader()
     uninterrupted.sampler.set_epoch(2)
@@ -158,7 +158,7 @@ def test_loader_serves_the_reference_batches(world_size: int) -> None:
     num_samples, batch_size, seed = 1_003, 16, 11
     for rank in range(world_size):
         order = ShardedOrder(num_samples, batch_size, rank, world_size, shuffle=True, seed=seed)
-        loader = InMemoryLoader(torch.zeros(num_samples, 2), torch.arange(num_samples), order, transform=lambda x: x)
+        loader = InMemoryLoader(torch.zeros(num_samples, 2), torch.arange(num_samples), order)
         for epoch in (0, 1):
             loader.sampler.set_epoch(epoch)
             served = [y[y != PAD_LABEL].tolist() for _, y in loader]

@@ -6,7 +6,7 @@ epoch's time. Here a batch is one indexing operation on that tensor, on the mode
 """
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -73,9 +73,8 @@ class ShardedOrder:
 class InMemoryLoader:
     """An iterable of ``(inputs, targets)`` batches for Lightning, with the state to resume mid-epoch.
 
-    ``inputs`` and ``targets`` hold the whole split on the device the model runs on; ``transform``,
-    if given, applies to each indexed batch (augmentation on the device, say). Padding rows carry
-    :data:`PAD_LABEL`.
+    ``inputs`` and ``targets`` hold the whole split, as the model takes it, on the device the model
+    runs on. Padding rows carry :data:`PAD_LABEL`.
     """
 
     def __init__(
@@ -83,13 +82,11 @@ class InMemoryLoader:
         inputs: Tensor,
         targets: Tensor,
         sampler: ShardedOrder,
-        transform: Callable[[Tensor], Tensor] | None = None,
     ) -> None:
         assert len(inputs) == len(targets) == sampler.num_samples
         self.inputs, self.targets = inputs, targets
         self.sampler = sampler  # the attribute name Lightning looks for to call ``set_epoch``
         self.batch_sampler = None  # Lightning reads it wherever it finds a ``sampler``
-        self.transform = transform
         self.served = 0  # steps of the current epoch handed out so far
 
     def __len__(self) -> int:
@@ -104,8 +101,7 @@ class InMemoryLoader:
         start, self.sampler.start = self.sampler.start, 0
         for step in range(start, len(rows)):
             self.served = step + 1
-            inputs = self.inputs[rows[step]]
-            yield inputs if self.transform is None else self.transform(inputs), targets[step]
+            yield self.inputs[rows[step]], targets[step]
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.sampler.epoch, "served": self.served, "seed": self.sampler.seed}

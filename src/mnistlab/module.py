@@ -95,7 +95,7 @@ class Classifier(L.LightningModule):
         self.train_sums = torch.zeros((), device=self.device), torch.zeros((), dtype=torch.long, device=self.device)
 
     def on_train_epoch_end(self) -> None:
-        loss_sum, rows = (self.trainer.strategy.reduce(s.clone(), reduce_op="sum") for s in self.train_sums)
+        loss_sum, rows = (self.trainer.strategy.reduce(s, reduce_op="sum") for s in self.train_sums)
         self.log("train/loss", loss_sum / rows, sync_dist=True)  # summed over ranks already: global
         for s in self.train_sums:
             s.zero_()

@@ -112,7 +112,8 @@ def _skip_nvml_probe() -> None:
 
 
 def _last_checkpoint(trainer: L.Trainer) -> str | None:
-    """The run folder's own last.ckpt, if it has one: a requeued or restarted job resumes from it."""
+    """The run folder's own last.ckpt (written by callbacks.last_checkpoint, beside the best one), if it
+    has one: a requeued or restarted job resumes from it."""
     if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
     callback = trainer.checkpoint_callback
