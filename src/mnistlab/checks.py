@@ -2,7 +2,6 @@
 
 from collections.abc import Mapping
 
-import torch
 from omegaconf import DictConfig
 
 
@@ -12,6 +11,8 @@ class InputError(ValueError):
 
 def check_devices(cfg: DictConfig) -> None:
     """Refuse GPU-only settings on a machine without a GPU, before any process starts."""
+    import torch  # here: this module is imported before the config is checked, and torch takes seconds
+
     if torch.cuda.is_available():
         return
     accelerator = str(cfg.trainer.get("accelerator", "auto"))

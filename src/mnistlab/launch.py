@@ -24,7 +24,6 @@ from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from omegaconf import DictConfig
 
 from mnistlab.checks import InputError
@@ -40,6 +39,8 @@ DISTRIBUTED_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTE
 
 def check_environment() -> None:
     """Refuse a LOCAL_RANK left over in the shell: every launcher that sets it sets WORLD_SIZE too."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment
+
     if "LOCAL_RANK" in os.environ and "WORLD_SIZE" not in os.environ and not SLURMEnvironment.detect():
         raise InputError(
             f"LOCAL_RANK={os.environ['LOCAL_RANK']} is set, but no launcher started this process (WORLD_SIZE is "
@@ -60,6 +61,10 @@ def rendezvous_failure(err: Exception) -> InputError:
 
 def join_external_launch() -> list[str]:
     """Under torchrun, srun or a launch by hand: one run folder; return the overrides this rank needs."""
+    if not {"RANK", "SLURM_NTASKS", "NODE_RANK"} & os.environ.keys():
+        return []  # launched by no one: a plain run, which need not wait for Lightning's import to fail fast
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
     if TorchElasticEnvironment.detect():
         rank = int(os.environ["RANK"])
         os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
@@ -93,6 +98,8 @@ def is_distributed_sweep_job(cfg: DictConfig) -> bool:
     """True for a job of a Hydra multirun (by Hydra's run mode) that runs on several processes."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return False
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
     if SLURMEnvironment.detect() or TorchElasticEnvironment.detect():
         return False  # a launcher outside Hydra started this job's ranks (hydra/launcher=slurm)
     return str(cfg.trainer.devices) != "1" or int(cfg.trainer.num_nodes) != 1

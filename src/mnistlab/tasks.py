@@ -13,11 +13,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import launch
+from mnistlab import launch, resume
 from mnistlab.checks import InputError, check_devices
+from mnistlab.stopping import SafeStop
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +32,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
         return launch.run_job_in_fresh_processes()
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
-    if HydraConfig.initialized():  # on every rank, into its own log file: what this process trains
-        log.info("Overrides: %s", " ".join(HydraConfig.get().overrides.task) or "none")
+    _log_overrides(cfg)
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path") or _last_checkpoint(trainer))
     except (DistNetworkError, DistStoreError) as err:
         raise launch.rendezvous_failure(err) from err
+    except SIGTERMException:  # Lightning stopped at a step boundary on SIGTERM (or SIGUSR1: stopping.py)
+        stop = next((c for c in trainer.callbacks if isinstance(c, SafeStop)), SafeStop(_last_path(trainer)))
+        raise stop.stopped(trainer) from None
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
@@ -68,6 +72,19 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     log.info("Evaluated %s: %s", cfg.ckpt_path, _describe(metrics, "test/"))
     _finish(metrics, trainer, cfg)
     return metrics
+
+
+def _log_overrides(cfg: DictConfig) -> None:
+    """On every rank, into its own log file: what this process trains."""
+    if not HydraConfig.initialized():
+        return
+    overrides = HydraConfig.get().overrides.task
+    if cfg.get("resume"):
+        own, given = resume.split(overrides)
+        log.info("Resuming the run in %s; its overrides: %s", cfg.resume, " ".join(own) or "none")
+        log.info("Overrides given now, on top: %s", " ".join(given) or "none")
+    else:
+        log.info("Overrides: %s", " ".join(overrides) or "none")
 
 
 def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
@@ -116,12 +133,17 @@ def _last_checkpoint(trainer: L.Trainer) -> str | None:
     has one: a requeued or restarted job resumes from it."""
     if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
-    callback = trainer.checkpoint_callback
-    last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
-    if last is None or not last.is_file():
+    last = _last_path(trainer)
+    if not last.is_file():
         return None
     log.info("Resuming from %s, this run folder's last checkpoint", last)
     return str(last)
+
+
+def _last_path(trainer: L.Trainer) -> Path:
+    callback = trainer.checkpoint_callback
+    folder = Path(callback.dirpath) if callback and callback.dirpath else Path(trainer.default_root_dir) / "checkpoints"
+    return folder / "last.ckpt"
 
 
 def _load_checkpoint(path: Path) -> dict[str, Any]:

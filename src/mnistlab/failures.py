@@ -1,0 +1,80 @@
+"""How a failure reaches the user: one line for a single run; for a sweep, a record in the failed
+job's folder, the other jobs going on, and one line per failed job when the sweep ends.
+
+Hydra's launchers run every job of a sweep even when one raises, but then the sweeper re-raises
+the first failure only, with a traceback, and Optuna's stops the study unless failures are allowed.
+So a failed job returns NaN instead (Optuna records the trial as failed and goes on), and its
+reason waits in ``failure.txt`` for :class:`SweepReport`, which reads it back from the job folders:
+the only place every launcher (basic, joblib workers, SLURM jobs) shares with the sweep's process.
+"""
+
+import logging
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from mnistlab.checks import InputError
+
+FAILURE_FILE = "failure.txt"  # in a failed sweep job's folder: the reason, then the traceback
+log = logging.getLogger(__name__)
+
+
+class RunStopped(Exception):
+    """Training stopped between two steps on purpose (a signal, a diverging loss). The message says
+    what happened and what to do; the exit code tells a scheduler the run did not finish."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Around a job: the user's errors as one line; in a sweep, any error recorded and swallowed."""
+    try:
+        yield
+    except Exception as err:
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+            _record(err)
+            return
+        if isinstance(err, RunStopped):
+            log.error("%s", err)  # through logging: the console shows rank 0's alone
+            raise SystemExit(err.exit_code) from None
+        if isinstance(err, InputError):
+            raise SystemExit(f"Error: {err}") from None
+        raise
+
+
+def _record(err: Exception) -> None:
+    hydra = HydraConfig.get()
+    reason = str(err) if isinstance(err, InputError | RunStopped) else f"{type(err).__name__}: {err}"
+    reason = " ".join(reason.split())  # one line
+    details = "".join(traceback.format_exception(err))
+    (Path(hydra.runtime.output_dir) / FAILURE_FILE).write_text(f"{reason}\n\n{details}")
+    log.error("Job %s failed: %s", hydra.job.num, reason)
+
+
+class SweepReport(Callback):
+    """At the end of a sweep: one line per failed job, and a non-zero exit when any failed."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(config.hydra.sweep.dir)
+        jobs = [p.parent.parent for p in sweep.rglob(".hydra/overrides.yaml")]
+        failed = sorted((job for job in jobs if (job / FAILURE_FILE).is_file()), key=lambda p: str(p))
+        if not failed:
+            return
+        lines = [f"{len(failed)} of {len(jobs)} jobs of the sweep in {sweep} failed:"]
+        for job in failed:
+            overrides = " ".join(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+            reason = (job / FAILURE_FILE).read_text().partition("\n")[0]
+            lines.append(f"  {job.relative_to(sweep)} ({overrides}): {reason}")
+        print("\n".join(lines), file=sys.stderr)
+        raise SystemExit(1)

@@ -1,0 +1,238 @@
+"""The type and range of every key in ``conf/``, checked as soon as Hydra has composed the config.
+
+Entry points check here before they import torch and Lightning (5 s on a 2-core CPU; pydantic and
+Hydra take 0.3 s): a mistyped value is answered at once, in one line that names the key, the value
+and what is allowed, instead of a traceback from inside Lightning minutes into a run.
+
+The models mirror the config groups. A node that Hydra instantiates keeps its ``_target_`` and may
+carry more of its class's arguments than are listed (``+trainer.benchmark=true``): those the class
+itself checks. Nodes of this package's own classes (``data``, ``model``) list every argument.
+"""
+
+from typing import Annotated, Any, Literal
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mnistlab.checks import InputError
+
+Positive = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+# Lightning's limit_*_batches: a fraction of the batches (float) or a number of them (int).
+BatchLimit = Annotated[float, Field(ge=0, le=1)] | NonNegative | None
+Precision = Literal["32-true", "32", 32, "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64", 64]
+
+
+class Node(BaseModel):
+    # strict: 10.0 is no number of epochs, "true" no boolean; Lightning asserts on both.
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class Target(Node):
+    """A node Hydra instantiates: ``_target_`` names the class, the class checks what is not listed."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    target: str = Field(alias="_target_")
+    partial: bool = Field(False, alias="_partial_")
+
+
+class Timeout(Target):
+    seconds: PositiveFloat
+
+
+class Strategy(Target):
+    process_group_backend: Literal["nccl", "gloo", "mpi"] | None = None
+    start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen"
+    timeout: Timeout | None = None
+    find_unused_parameters: bool = False
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
+    cpu_offload: bool = False
+    state_dict_type: Literal["full", "sharded"] = "full"
+
+
+class Trainer(Target):
+    default_root_dir: str
+    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"]
+    devices: Positive | Literal["auto", -1] | list[NonNegative]
+    num_nodes: Positive
+    strategy: Literal["auto", "ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed"] | Strategy
+    max_epochs: Annotated[int, Field(ge=-1)] | None  # -1: no limit
+    min_epochs: NonNegative | None = None
+    max_steps: Annotated[int, Field(ge=-1)] = -1
+    precision: Precision
+    deterministic: bool | Literal["warn"]
+    log_every_n_steps: Positive
+    check_val_every_n_epoch: Positive | None
+    limit_train_batches: BatchLimit
+    limit_val_batches: BatchLimit
+    limit_test_batches: BatchLimit
+    num_sanity_val_steps: Annotated[int, Field(ge=-1)]
+    gradient_clip_val: PositiveFloat | None
+    accumulate_grad_batches: Positive
+    plugins: list[Target] | None
+    fast_dev_run: bool | NonNegative = False
+    overfit_batches: Annotated[float, Field(ge=0, le=1)] | NonNegative = 0.0
+    profiler: Target | Literal["simple", "advanced", "pytorch"] | None = None
+
+
+class Data(Target):
+    model_config = ConfigDict(extra="forbid")
+    data_dir: str
+    batch_size: Positive  # global
+    val_size: Annotated[int, Field(ge=1, le=59_999)]  # of the 60,000 training images
+    split_seed: int
+    shuffle_seed: int
+    mean: float
+    std: PositiveFloat
+    download: bool
+    prepare_data_per_node: bool
+
+
+class Network(Target):  # any nn.Module; these are SimpleNN's
+    in_features: Positive | None = None
+    hidden: Positive | None = None
+    num_classes: Positive | None = None
+
+
+class Optimizer(Target):  # any torch.optim class; these are the arguments most of them share
+    lr: PositiveFloat
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    fused: bool | None = None
+
+
+class Model(Target):
+    model_config = ConfigDict(extra="forbid")
+    net: Network
+    optimizer: Optimizer
+    scheduler: Target | None
+    scheduler_interval: Literal["epoch", "step"]
+    num_classes: Positive
+    compile: bool
+
+
+class Checkpoint(Target):
+    dirpath: str
+    filename: str
+    monitor: str | None
+    mode: Literal["min", "max"] = "min"
+    save_top_k: Annotated[int, Field(ge=-1)]  # -1: all
+    every_n_epochs: Positive | None
+    every_n_train_steps: Positive | None
+
+
+class EarlyStopping(Target):
+    monitor: str
+    mode: Literal["min", "max"]
+    patience: NonNegative
+    min_delta: Annotated[float, Field(ge=0)]
+
+
+class SafeStop(Target):
+    checkpoint: str
+    check_every_n_steps: Positive
+
+
+class Callbacks(Node):
+    model_config = ConfigDict(extra="allow")  # a callback of your own: its class checks its arguments
+    __pydantic_extra__: dict[str, Target | None]
+    model_checkpoint: Checkpoint | None = None
+    last_checkpoint: Checkpoint | None = None
+    early_stopping: EarlyStopping | None = None
+    safe_stop: SafeStop | None = None
+    lr_monitor: Target | None = None
+    progress_bar: Target | None = None
+    model_summary: Target | None = None
+
+
+class Paths(Node):
+    root_dir: str
+    data_dir: str
+    log_dir: str
+    output_dir: str
+
+
+class Run(Node):
+    """Keys and groups shared by train.yaml and eval.yaml."""
+
+    task_name: str
+    seed: int
+    float32_matmul_precision: Literal["highest", "high", "medium"]
+    data: Data
+    model: Model
+    trainer: Trainer
+    callbacks: Callbacks | None = None
+    logger: dict[str, Target | None] | None = None  # logger=none removes the key
+    paths: Paths
+    hydra: Any = None  # Hydra's own config, when a test composes it in: typed by Hydra
+
+    @model_validator(mode="after")
+    def _batch_divides_into_processes(self) -> "Run":
+        devices, nodes = self.trainer.devices, self.trainer.num_nodes
+        world = (len(devices) if isinstance(devices, list) else devices) * nodes if devices not in ("auto", -1) else 1
+        if self.data.batch_size % world:
+            raise ValueError(
+                f"data.batch_size={self.data.batch_size} is the global batch (all devices of all nodes) and must "
+                f"be a multiple of the world size {world} (trainer.devices x trainer.num_nodes)"
+            )
+        return self
+
+
+class TrainConfig(Run):
+    ckpt_path: str | None
+    resume: str | None = None
+    test: bool
+    optimized_metric: str | None
+
+
+class EvalConfig(Run):
+    ckpt_path: str
+
+
+def check(cfg: DictConfig, schema: type[Run]) -> None:
+    """Raise InputError naming the first key whose value does not fit ``schema``."""
+    if missing := sorted(OmegaConf.missing_keys(cfg)):
+        raise InputError(f"{missing[0]} needs a value: pass {missing[0]}=... on the command line")
+    values = OmegaConf.to_container(cfg, resolve=True)
+    try:
+        schema.model_validate(values)
+    except ValidationError as err:
+        raise InputError(_describe(err, values)) from None
+
+
+def _describe(err: ValidationError, values: dict[str, Any]) -> str:
+    """The most specific wrong key as ``key=value: what is allowed``, the ways a union could match joined."""
+    problems = [(p, *_config_key(p, values)) for p in err.errors(include_url=False)]
+    first = problems[0][1]  # a union reports each member: the one that got furthest is the closest fit
+    problem, key, value = max((p for p in problems if p[1].startswith(first)), key=lambda p: p[1].count("."))
+    if problem["type"] == "missing":
+        where = ".".join(map(str, problem["loc"]))
+        return f"{where} is missing from the config: give it a value ({where}=...), as conf/ does"
+    if problem["type"] == "extra_forbidden":
+        return f"{key} is not a setting of {key.rpartition('.')[0]}: remove it, or check its spelling"
+    if not key:  # a check across keys (model_validator): its message names them
+        return problem["msg"].removeprefix("Value error, ")
+    allowed = [p["msg"].removeprefix("Input should be ") for p, k, _ in problems if k == key]
+    others = len({k for _, k, _ in problems if not key.startswith(k)})
+    return f"{key}={value}: should be {' or '.join(dict.fromkeys(allowed))}" + (
+        f" (and {others} more key{'s' * (others > 1)})" if others else ""
+    )
+
+
+def _config_key(problem: Any, values: Any) -> tuple[str, Any]:
+    """The config key a pydantic location points at, and its value. Pydantic puts the union member it
+    tried (``int``, ``literal['auto']``, ``Strategy``) into the location: those parts are skipped."""
+    loc, path = problem["loc"], []
+    for part in loc:
+        if isinstance(values, dict) and part in values:
+            values = values[part]
+        elif isinstance(values, list) and isinstance(part, int) and part < len(values):
+            values = values[part]
+        elif problem["type"] in ("missing", "extra_forbidden") and part == loc[-1]:
+            return ".".join([*path, str(part)]), None
+        else:
+            continue
+        path.append(str(part))
+    return ".".join(path), values

@@ -1,0 +1,125 @@
+"""Stopping a run between two steps, keeping what is worth keeping: on a signal, and when it diverges.
+
+Signals. Lightning already stops at the next step boundary on SIGTERM (under DDP, every rank at
+the same step: it broadcasts rank 0's flag before each step) but saves nothing and exits 0. Here
+the stop also saves ``last.ckpt`` (mid-epoch: a resumed run goes on from that very step), SIGUSR1
+(SLURM's warning before a time limit, ``--signal=USR1@<s>``) stops the same way, and the run ends
+with a message saying how to resume and exit code 128 + the signal's number, so that a scheduler
+(a Kubernetes Job, say) sees an interrupted run rather than a finished one. A SLURM job that
+Lightning requeues by itself (``SLURMEnvironment(auto_requeue=True)``) keeps Lightning's SIGUSR1
+handler: it saves ``hpc_ckpt_<n>.ckpt`` and requeues the job, which resumes from it.
+
+Divergence. A non-finite loss is noted at every step without reading it on the host (no GPU sync
+per step) and acted on every ``check_every_n_steps`` batches, before each validation and before
+any checkpoint is written: all ranks stop together, and no checkpoint of non-finite weights is
+ever written, so the last good ``last.ckpt`` and best checkpoint stay as they were.
+"""
+
+import logging
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from mnistlab.failures import RunStopped
+
+log = logging.getLogger(__name__)
+
+
+class SafeStop(L.Callback):
+    def __init__(self, checkpoint: str, check_every_n_steps: int = 50) -> None:
+        self.checkpoint = Path(checkpoint)  # where a signal's stop saves the run's state: its last.ckpt
+        self.check_every_n_steps = check_every_n_steps
+        self.signal: str | None = None  # the name of the signal that stopped the run
+        self.saved = False
+        self._previous_sigusr1: Any = None
+        self._finite: torch.Tensor | None = None  # all losses since the last check were finite
+        self._batches = self._checked_at = 0
+
+    # --- signals -------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.signal, self.saved = None, False
+        # Lightning adds its own SIGTERM handler after this hook and calls this one from it.
+        signal.signal(signal.SIGTERM, self._note_signal)
+        env = getattr(trainer.strategy, "cluster_environment", None)  # parallel strategies have one
+        if not (isinstance(env, SLURMEnvironment) and env.auto_requeue):
+            self._previous_sigusr1 = signal.signal(signal.SIGUSR1, self._stop_as_on_sigterm)
+
+    def _note_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = self.signal or signal.Signals(signum).name
+
+    def _stop_as_on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._note_signal(signum, frame)
+        handler = signal.getsignal(signal.SIGTERM)  # Lightning's: stop at the next step, on every rank
+        if callable(handler):
+            handler(signum, frame)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_signals()
+        # Not in the middle of a validation: resumed there, it would be computed on part of the data.
+        if isinstance(exception, SIGTERMException) and not trainer.validating and not trainer.sanity_checking:
+            trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
+            self.saved = True
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_signals()
+
+    def _restore_signals(self) -> None:
+        if self._previous_sigusr1 is not None:
+            signal.signal(signal.SIGUSR1, self._previous_sigusr1)
+            self._previous_sigusr1 = None
+
+    def stopped(self, trainer: L.Trainer) -> RunStopped:
+        """What to tell the user once Lightning has stopped the run on a signal."""
+        name = self.signal or "SIGTERM"
+        where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
+        kept = f"saved {self.checkpoint}" if self.saved else f"the last checkpoint is {self.checkpoint}"
+        return RunStopped(
+            f"Stopped by {name} at {where}; {kept}. Continue with: python train.py "
+            f"resume={trainer.default_root_dir}",
+            exit_code=128 + signal.Signals[name].value,
+        )
+
+    # --- divergence ----------------------------------------------------------------------------
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
+        self._batches = self._checked_at = 0
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if loss is not None:
+            self._finite.logical_and_(torch.isfinite(loss))  # stays on the device: no sync
+        self._batches += 1
+        if self._batches % self.check_every_n_steps == 0:
+            self._check(trainer, pl_module)
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._check(trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self._check(trainer, pl_module, weights=True)  # raising here keeps the file from being written
+
+    def _check(self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False) -> None:
+        """Stop every rank together if any saw a non-finite loss (or holds a non-finite weight)."""
+        finite = self._finite if self._finite is not None else torch.ones((), dtype=torch.bool)
+        if weights:
+            finite = finite & torch.stack([p.isfinite().all() for p in pl_module.parameters()]).all()
+        if trainer.strategy.reduce_boolean_decision(bool(finite), all=True):
+            self._finite = finite.fill_(True) if self._finite is not None else None
+            self._checked_at = trainer.global_step
+            return
+        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
+        raise RunStopped(
+            f"The training loss became non-finite (NaN or inf) between steps {self._checked_at} and "
+            f"{trainer.global_step}, at a learning rate of {lr:g}: lower model.optimizer.lr, or clip gradients "
+            f"(trainer.gradient_clip_val=1.0). No checkpoint of these weights was written; "
+            + (f"the last good one is {self.checkpoint}" if self.checkpoint.is_file() else "none was written before"),
+            exit_code=1,
+        )
