@@ -38,42 +38,30 @@ class SafeStop(L.Callback):
         self.check_every_n_steps = check_every_n_steps
         self.signal: str | None = None  # the name of the signal that stopped the run
         self.saved = False
-        self._previous_sigusr1: Any = None
+        self._lightning_sigterm: Any = None
         self._finite: torch.Tensor | None = None  # all losses since the last check were finite
         self._batches = self._checked_at = 0
 
     # --- signals -------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # After Lightning has set its handlers, which it puts back as they were before fit when fit ends.
         self.signal, self.saved = None, False
-        # Lightning adds its own SIGTERM handler after this hook and calls this one from it.
-        signal.signal(signal.SIGTERM, self._note_signal)
+        self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, self._on_signal)
         env = getattr(trainer.strategy, "cluster_environment", None)  # parallel strategies have one
         if not (isinstance(env, SLURMEnvironment) and env.auto_requeue):
-            self._previous_sigusr1 = signal.signal(signal.SIGUSR1, self._stop_as_on_sigterm)
+            signal.signal(signal.SIGUSR1, self._on_signal)
 
-    def _note_signal(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signal = self.signal or signal.Signals(signum).name
-
-    def _stop_as_on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._note_signal(signum, frame)
-        handler = signal.getsignal(signal.SIGTERM)  # Lightning's: stop at the next step, on every rank
-        if callable(handler):
-            handler(signum, frame)
+        if callable(self._lightning_sigterm):  # Lightning's: stop at the next step, on every rank
+            self._lightning_sigterm(signum, frame)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._restore_signals()
         # Not in the middle of a validation: resumed there, it would be computed on part of the data.
         if isinstance(exception, SIGTERMException) and not trainer.validating and not trainer.sanity_checking:
             trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
             self.saved = True
-
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._restore_signals()
-
-    def _restore_signals(self) -> None:
-        if self._previous_sigusr1 is not None:
-            signal.signal(signal.SIGUSR1, self._previous_sigusr1)
-            self._previous_sigusr1 = None
 
     def stopped(self, trainer: L.Trainer) -> RunStopped:
         """What to tell the user once Lightning has stopped the run on a signal."""
@@ -87,7 +75,7 @@ class SafeStop(L.Callback):
         )
 
     # --- divergence ----------------------------------------------------------------------------
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
         self._batches = self._checked_at = 0
 

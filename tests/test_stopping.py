@@ -1,0 +1,81 @@
+"""Runs that are signalled or diverge stop between two steps, keep what is good and say what to do."""
+
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnistlab.failures import RunStopped
+from mnistlab.tasks import train
+
+from conftest import compose_config, run_script
+
+# 3 epochs of 30 steps; last.ckpt every 10 steps; deterministic, so runs can be compared exactly.
+RUN = [
+    "trainer.max_epochs=3",
+    "trainer.limit_train_batches=30",
+    "trainer.limit_val_batches=3",
+    "trainer.limit_test_batches=3",
+    "trainer.deterministic=true",
+    "trainer.log_every_n_steps=25",
+    "callbacks.last_checkpoint.every_n_train_steps=10",
+    "callbacks.last_checkpoint.every_n_epochs=null",
+    "logger=csv",
+]
+
+
+def _last(out: Path) -> dict:
+    return torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    for name, value in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][name], value, rtol=0, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
+    out = tmp_path_factory.mktemp("uninterrupted")
+    return out, train(compose_config("train", out, RUN))
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGUSR1"])
+def test_a_signal_saves_at_the_next_step_and_the_resumed_run_ends_the_same(name, uninterrupted, tmp_path) -> None:
+    signalled = [*RUN, "+callbacks.signal._target_=conftest.SignalAt", "+callbacks.signal.step=42"]
+    signalled.append(f"+callbacks.signal.signal={name}")
+    with pytest.raises(RunStopped) as stop:
+        train(compose_config("train", tmp_path, signalled))
+    assert stop.value.exit_code == 128 + signal.Signals[name].value
+    assert f"Stopped by {name} at step 43 (epoch 1); saved {tmp_path / 'checkpoints' / 'last.ckpt'}" in str(stop.value)
+    assert f"Continue with: python train.py resume={tmp_path}" in str(stop.value)
+    assert _last(tmp_path)["global_step"] == 43  # the step the signal arrived in, not the last epoch end
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # handlers restored
+
+    resumed = train(compose_config("train", tmp_path, RUN))  # what resume= composes: same folder, same overrides
+    whole, metrics = uninterrupted
+    _assert_same_weights(_last(whole), _last(tmp_path))
+    assert resumed["test/acc"] == metrics["test/acc"]
+    assert resumed["test/loss"] == pytest.approx(metrics["test/loss"], rel=1e-6)
+
+
+def test_a_diverging_run_stops_soon_and_writes_no_checkpoint_of_broken_weights(tmp_path: Path) -> None:
+    poisoned = [*RUN, "+callbacks.poison._target_=conftest.PoisonAt", "+callbacks.poison.step=32"]
+    with pytest.raises(RunStopped, match=r"non-finite \(NaN or inf\) between steps 30 and 40") as stop:
+        train(compose_config("train", tmp_path, poisoned))
+    assert stop.value.exit_code == 1
+    assert "lower model.optimizer.lr, or clip gradients (trainer.gradient_clip_val=1.0)" in str(stop.value)
+    last = _last(tmp_path)
+    assert last["global_step"] == 30  # step 40's checkpoint would have held NaN: not written
+    assert all(value.isfinite().all() for name, value in last["state_dict"].items() if name.startswith("net."))
+    (best,) = [p for p in (tmp_path / "checkpoints").glob("epoch*.ckpt")]
+    assert best.name.startswith("epoch000")  # epoch 1's validation never ran on the broken weights
+
+
+def test_a_nan_learning_rate_run_exits_non_zero_with_one_line(tmp_path: Path) -> None:
+    result = run_script("train.py", "model.optimizer.lr=1e30", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}")
+    assert result.returncode == 1
+    assert "The training loss became non-finite (NaN or inf) between steps 0 and 50" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    assert not list(run.rglob("*.ckpt"))
