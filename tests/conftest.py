@@ -59,14 +59,15 @@ def train_cfg(tmp_path: Path) -> DictConfig:
 
 
 class SignalAt(L.Callback):
-    """Sends this process ``signal`` as batch ``step`` starts on ``rank``: a signal from outside, at a
-    step the test knows (``+callbacks.signal._target_=conftest.SignalAt``, with ``PYTHONPATH=tests``)."""
+    """Sends this process ``signal`` as batch ``step`` starts on ``rank`` of a run that starts afresh
+    (a resumed one runs through): a signal from outside, at a step the test knows
+    (``+callbacks.signal._target_=conftest.SignalAt``, with ``PYTHONPATH=tests``)."""
 
     def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0) -> None:
         self.step, self.signal, self.rank = step, getattr(signal_module, signal), rank
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
             os.kill(os.getpid(), self.signal)
 
 
@@ -83,16 +84,18 @@ class PoisonAt(L.Callback):
 
 
 class KilledMidWrite(AtomicCheckpointIO):
-    """The checkpoint writer, killed (SIGKILL) halfway through writing the checkpoint of step ``step``."""
+    """The checkpoint writer, killed (SIGKILL) halfway through writing the checkpoint of step ``step``;
+    once: the partial file that kill leaves behind tells a resumed run it happened."""
 
     def __init__(self, step: int) -> None:
         super().__init__()
         self.step = step
 
     def save_checkpoint(self, checkpoint: dict, path: str | Path, storage_options: object = None) -> None:
-        if checkpoint["global_step"] != self.step:
+        partial = Path(path).with_name(f".{Path(path).name}.partial")
+        if checkpoint["global_step"] != self.step or partial.exists():
             return super().save_checkpoint(checkpoint, path, storage_options)
-        with Path(path).with_name(f".{Path(path).name}.partial").open("wb") as file:
+        with partial.open("wb") as file:
             file.write(b"half a checkpoint")
             file.flush()
             os.kill(os.getpid(), signal_module.SIGKILL)

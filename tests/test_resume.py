@@ -1,0 +1,139 @@
+"""``resume=<run folder>``: a stopped or killed run goes on in its folder and ends as if never stopped."""
+
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnistlab import resume
+from mnistlab.checks import InputError
+from mnistlab.tasks import train
+
+from conftest import ROOT, compose_config, run_script
+
+# 3 epochs of 30 steps, deterministic: runs can be compared exactly. model.net.hidden: an override the
+# resumed run must take from the run's folder (the checkpoint would not load into the default width).
+RUN = [
+    "trainer.max_epochs=3",
+    "trainer.limit_train_batches=30",
+    "trainer.limit_val_batches=3",
+    "trainer.limit_test_batches=3",
+    "trainer.deterministic=true",
+    "model.net.hidden=64",
+]
+
+
+def _last(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+def _assert_same_weights(a: dict, b: dict) -> None:
+    for name, value in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][name], value, rtol=0, atol=1e-6)
+
+
+def _one_run(log_dir: Path) -> Path:
+    (run,) = (log_dir / "train" / "runs").iterdir()
+    return run
+
+
+def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path: Path) -> None:
+    whole = train(compose_config("train", tmp_path / "whole", RUN))
+    # Killed (SIGKILL: no chance to save anything) as epoch 2 starts: last.ckpt is epoch 1's.
+    killed = [*RUN, "+callbacks.kill._target_=conftest.SignalAt", "+callbacks.kill.step=60", "+callbacks.kill.signal=SIGKILL"]
+    result = run_script("train.py", *killed, f"paths.log_dir={tmp_path}")
+    assert result.returncode == -signal.SIGKILL
+    run = _one_run(tmp_path)
+    assert (_last(run)["epoch"], _last(run)["global_step"]) == (1, 60)
+
+    result = run_script("train.py", f"resume={run}", "trainer.num_sanity_val_steps=0", f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _one_run(tmp_path) == run  # the same folder, no second run
+    log = (run / "train.log").read_text()
+    assert f"Resuming the run in {run}; its overrides: " in log and "model.net.hidden=64" in log
+    assert "Overrides given now, on top: trainer.num_sanity_val_steps=0" in log
+    assert f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}" in log
+    _assert_same_weights(_last(tmp_path / "whole"), _last(run))
+    tested = torch.load(next((run / "checkpoints").glob("epoch*.ckpt")), weights_only=True)
+    assert tested["epoch"] == torch.load(next((tmp_path / "whole" / "checkpoints").glob("epoch*.ckpt")))["epoch"]
+    metrics = (run / "metrics.json").read_text()
+    assert f'"test/acc": {whole["test/acc"]}' in metrics
+    # TensorBoard: one run, its events continued in the same folder (no version_N beside it).
+    assert {p.parent for p in run.rglob("events.out.tfevents.*")} == {run / "tensorboard"}
+
+
+def test_overrides_given_when_resuming_replace_the_runs_own(tmp_path: Path) -> None:
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- model.net.hidden=64\n- trainer.max_epochs=3\n")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    argv = resume.expand(["train.py", f"resume={tmp_path}", "trainer.max_epochs=5"])
+    assert argv == [
+        "train.py",
+        "model.net.hidden=64",
+        f"resume='{tmp_path}'",
+        "trainer.max_epochs=5",
+        f"hydra.run.dir='{tmp_path}'",
+    ]
+    assert resume.split(argv[1:-1]) == (["model.net.hidden=64"], ["trainer.max_epochs=5"])
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda p: p / "nope", "no such folder"),
+        (lambda p: p, "is not a run folder (no .hydra/overrides.yaml in it)"),
+        (lambda p: (p / ".hydra").mkdir() or (p / ".hydra" / "overrides.yaml").write_text("[]") and p, "no checkpoints"),
+        (lambda p: (p / "multirun.yaml").write_text("{}") and p, "is a sweep's folder; name one of its jobs"),
+    ],
+)
+def test_resume_refuses_what_is_not_a_resumable_run(make, message: str, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        resume.expand(["train.py", f"resume={make(tmp_path)}"])
+
+
+def test_resume_refusal_is_one_line(tmp_path: Path) -> None:
+    result = run_script("train.py", f"resume={tmp_path}", timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"Error: resume={tmp_path} is not a run folder (no .hydra/overrides.yaml in it)"
+
+
+@pytest.mark.slow
+def test_killed_at_random_moments_the_resumed_run_ends_as_if_never_killed(tmp_path: Path) -> None:
+    """SIGKILL three times: once halfway through writing a checkpoint, twice at a random moment;
+    each time resumed with resume=. last.ckpt is written every 5 steps."""
+    steps = [*RUN, "trainer.limit_train_batches=150", "callbacks.last_checkpoint.every_n_train_steps=5"]
+    steps.append("callbacks.last_checkpoint.every_n_epochs=null")
+    train(compose_config("train", tmp_path / "whole", steps))
+    plugin = "trainer.plugins=[{_target_:conftest.KilledMidWrite,step:55}]"
+    first = run_script("train.py", *steps, plugin, f"paths.log_dir={tmp_path / 'killed'}")
+    assert first.returncode == -signal.SIGKILL
+    run = _one_run(tmp_path / "killed")
+    assert _last(run)["global_step"] == 50 and (run / "checkpoints" / ".last.ckpt.partial").is_file()
+    rng = random.Random()
+    for _ in range(2):
+        _kill_after_next_checkpoint(run, delay=rng.uniform(0, 1.0))
+    final = run_script("train.py", f"resume={run}", f"paths.log_dir={tmp_path / 'killed'}")
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert _last(run)["global_step"] == 3 * 150
+    _assert_same_weights(_last(tmp_path / "whole"), _last(run))
+
+
+def _kill_after_next_checkpoint(run: Path, delay: float) -> None:
+    """Resume the run and SIGKILL it ``delay`` seconds after it has written its first new checkpoint."""
+    last = run / "checkpoints" / "last.ckpt"
+    before = last.stat().st_mtime_ns
+    command = [sys.executable, str(ROOT / "train.py"), f"resume={run}"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while last.stat().st_mtime_ns == before and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(delay)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
