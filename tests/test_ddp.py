@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,61 @@ def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) 
         best[lr] = json.loads((sweep / job / "metrics.json").read_text())["val/acc_best"]
     results = (sweep / "optimization_results.yaml").read_text()
     assert f"best_value: {max(best.values())}" in results
+
+
+DDP_RUN = [
+    "strategy=ddp",
+    "trainer.devices=2",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=40",
+    "trainer.limit_val_batches=5",
+    "trainer.limit_test_batches=5",
+    "trainer.log_every_n_steps=10",
+    "callbacks.last_checkpoint.every_n_train_steps=10",
+    "callbacks.last_checkpoint.every_n_epochs=null",
+]
+
+
+def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path: Path) -> None:
+    signalled = ["+callbacks.signal._target_=conftest.SignalAt", "+callbacks.signal.step=25"]
+    result = run_script("train.py", *DDP_RUN, *signalled, "+callbacks.signal.signal=SIGUSR1", f"paths.log_dir={tmp_path}")
+    assert result.returncode == 128 + 10, result.stderr[-3000:]
+    run = _one_run(tmp_path)
+    assert result.stdout.count("Stopped by SIGUSR1 at step 26 (epoch 0)") == 1  # rank 0's console only
+    assert "Stopped by SIGUSR1 at step 26" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 26
+    resumed = run_script("train.py", f"resume={run}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 80
+
+
+def test_ddp_ranks_stop_together_when_one_diverges(tmp_path: Path) -> None:
+    poisoned = ["+callbacks.poison._target_=conftest.PoisonAt", "+callbacks.poison.step=12", "+callbacks.poison.rank=1"]
+    result = run_script("train.py", *DDP_RUN, *poisoned, f"paths.log_dir={tmp_path}", timeout=180)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.stdout.count("The training loss became non-finite (NaN or inf) between steps 10 and 20") == 1
+    run = _one_run(tmp_path)
+    assert "became non-finite" in (run / "train_ddp_process_1.log").read_text()
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
+
+
+def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_path: Path) -> None:
+    longer = [*DDP_RUN, "trainer.limit_train_batches=200", "callbacks.last_checkpoint.every_n_train_steps=20"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts=1", "--nproc_per_node=2"]
+    console = (tmp_path / "console.txt").open("w")  # not a pipe: nobody reads it while the test waits
+    agent = subprocess.Popen(
+        [*torchrun, "train.py", *longer, f"paths.log_dir={tmp_path}"], cwd=ROOT, stdout=console, stderr=console
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
+    assert len(workers) == 2, workers
+    os.kill(int(workers[1]), signal.SIGKILL)  # one worker dies mid-training
+    agent.wait(timeout=300)
+    assert agent.returncode == 0, (tmp_path / "console.txt").read_text()[-3000:]
+    run = _one_run(tmp_path)
+    log = (run / "train.log").read_text()
+    assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}, this run folder's last checkpoint" in log
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 400
+    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * 64

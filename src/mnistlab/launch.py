@@ -21,6 +21,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -121,3 +122,28 @@ def run_job_in_fresh_processes() -> dict[str, float]:
     if finished.returncode:
         raise RuntimeError(f"sweep job {hydra.job.num} failed (exit code {finished.returncode}); see the logs in {out}")
     return json.loads((out / METRICS_FILE).read_text())
+
+
+def isolate_restarted_workers(strategy: Any) -> None:
+    """Under torchrun --max-restarts, give a restarted round of workers a process group of its own.
+
+    torchrun's agent keeps one store for every round of workers, and torch (2.14) builds each
+    round's process group under the same keys in it: a rank of the new round can read the address
+    a dead rank of the old round left there, and fails to connect (gloo: "connectFullMesh failed:
+    Connection refused") or waits forever. Created here under a prefix naming the round, before
+    Lightning creates one (it keeps a process group that exists), the keys cannot meet.
+    """
+    import torch.distributed as dist
+
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    if restart == "0" or dist.is_initialized() or not hasattr(strategy, "process_group_backend"):
+        return
+    backend = strategy.process_group_backend or ("nccl" if strategy.root_device.type == "cuda" else "gloo")
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    dist.init_process_group(
+        backend,
+        store=dist.PrefixStore(f"mnistlab/round_{restart}", store),
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=getattr(strategy, "_timeout", None),  # strategy.timeout in conf/strategy/
+    )

@@ -33,6 +33,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
     _log_overrides(cfg)
+    launch.isolate_restarted_workers(trainer.strategy)
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path") or _last_checkpoint(trainer))
     except (DistNetworkError, DistStoreError) as err:
