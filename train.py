@@ -20,7 +20,7 @@ def main(cfg: DictConfig) -> float | None:
         from mnistlab.tasks import train
 
         return train(cfg).get(cfg.optimized_metric)  # what a sweeper (e.g. Optuna) optimises
-    return float("nan")  # a failed job of a sweep, recorded; the sweep goes on (Optuna: a failed trial)
+    return None  # a failed job of a sweep, recorded: the sweep goes on (Optuna counts a failed trial)
 
 
 if __name__ == "__main__":

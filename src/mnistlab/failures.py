@@ -3,7 +3,7 @@ job's folder, the other jobs going on, and one line per failed job when the swee
 
 Hydra's launchers run every job of a sweep even when one raises, but then the sweeper re-raises
 the first failure only, with a traceback, and Optuna's stops the study unless failures are allowed.
-So a failed job returns NaN instead (Optuna records the trial as failed and goes on), and its
+So a failed job returns None instead (Optuna records the trial as failed and goes on), and its
 reason waits in ``failure.txt`` for :class:`SweepReport`, which reads it back from the job folders:
 the only place every launcher (basic, joblib workers, SLURM jobs) shares with the sweep's process.
 """
@@ -71,10 +71,12 @@ class SweepReport(Callback):
         failed = sorted((job for job in jobs if (job / FAILURE_FILE).is_file()), key=lambda p: str(p))
         if not failed:
             return
+        overrides = {job: OmegaConf.load(job / ".hydra" / "overrides.yaml") for job in jobs}
+        shared = set.intersection(*(set(o) for o in overrides.values()))  # show what tells the jobs apart
         lines = [f"{len(failed)} of {len(jobs)} jobs of the sweep in {sweep} failed:"]
         for job in failed:
-            overrides = " ".join(OmegaConf.load(job / ".hydra" / "overrides.yaml"))
+            own = " ".join(o for o in overrides[job] if o not in shared)
             reason = (job / FAILURE_FILE).read_text().partition("\n")[0]
-            lines.append(f"  {job.relative_to(sweep)} ({overrides}): {reason}")
+            lines.append(f"  {job.relative_to(sweep)} ({own}): {reason}")
         print("\n".join(lines), file=sys.stderr)
         raise SystemExit(1)

@@ -103,10 +103,11 @@ class SafeStop(L.Callback):
             self._finite = finite.fill_(True) if self._finite is not None else None
             self._checked_at = trainer.global_step
             return
-        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
+        group = trainer.optimizers[0].param_groups[0] if trainer.optimizers else {"lr": float("nan")}
+        lr = group.get("initial_lr", group["lr"])  # as configured, before any schedule
         raise RunStopped(
             f"The training loss became non-finite (NaN or inf) between steps {self._checked_at} and "
-            f"{trainer.global_step}, at a learning rate of {lr:g}: lower model.optimizer.lr, or clip gradients "
+            f"{trainer.global_step}, with learning rate {lr:g}: lower model.optimizer.lr, or clip gradients "
             f"(trainer.gradient_clip_val=1.0). No checkpoint of these weights was written; "
             + (f"the last good one is {self.checkpoint}" if self.checkpoint.is_file() else "none was written before"),
             exit_code=1,
