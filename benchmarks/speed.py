@@ -13,6 +13,9 @@ Measures, in one invocation, alternating the runs and taking medians:
   start-up is not counted;
 - start-up: ``train.py debug=fdr`` against a bare import of torch, torchvision, lightning and hydra;
 - time to reach 97.5% and 98% test accuracy with the default config;
+- how fast a mistake is answered: ``train.py`` with a value of the wrong type, an unknown key and an
+  unknown group option, each against ``python -c "import torch, lightning"`` (``--refusals`` measures
+  these rows alone);
 - with ``--switches``, the epoch time with ``model.compile=true``, with ``trainer.precision=bf16-mixed``
   and with ``model.optimizer.fused=false``, each against the default.
 
@@ -34,6 +37,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORTS = "import torch, torchvision, lightning, hydra"
+# Mistakes train.py must answer before it imports torch and Lightning: each exits 1 with one message.
+REFUSALS = {
+    "refused: wrong type": ["trainer.max_epochs=abc"],
+    "refused: unknown key": ["modle.optimizer.lr=1"],
+    "refused: unknown option": ["strategy=nope"],
+}
 
 
 def mnist(device: str) -> tuple[object, ...]:
@@ -134,14 +143,34 @@ def bare_lightning(epochs: int, device: str) -> None:
     trainer.fit(Bare(), Batches(x_train, y_train, True), Batches(x_val, y_val, False))
 
 
-def wall(command: list[str]) -> float:
-    """Seconds a command takes from start to exit; it must succeed."""
+def wall(command: list[str], refused: bool = False) -> float:
+    """Seconds a command takes from start to exit; it must succeed (or, if ``refused``, exit 1)."""
     start = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
-    if result.returncode:
-        raise SystemExit(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")
+    if result.returncode != int(refused):
+        raise SystemExit(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     return seconds
+
+
+def refusals(repeats: int) -> dict[str, float]:
+    """Median seconds to answer each mistake in REFUSALS, and to import torch and Lightning."""
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(repeats):
+            samples.setdefault("import torch, lightning", []).append(
+                wall([sys.executable, "-c", "import torch, lightning"])
+            )
+            for name, overrides in REFUSALS.items():
+                command = [sys.executable, "train.py", *overrides, f"paths.log_dir={out}"]
+                samples.setdefault(name, []).append(wall(command, refused=True))
+    times = {name: statistics.median(values) for name, values in samples.items()}
+    return times | {
+        f"answer ratio {name.removeprefix('refused: ')} / import torch, lightning (target <= 0.33)": round(
+            times[name] / times["import torch, lightning"], 3
+        )
+        for name in REFUSALS
+    }
 
 
 def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
@@ -177,7 +206,7 @@ def measure(repeats: int, gpu: bool, switches: bool) -> dict[str, float]:
                     samples.setdefault(f"{name} epoch", []).append((long - short) / 2)
                 else:
                     samples.setdefault(name, []).append(wall(command))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    return {name: statistics.median(values) for name, values in samples.items()} | refusals(repeats)
 
 
 def test_accuracy_per_epoch(gpu: bool, epochs: int = 10) -> list[float]:
@@ -235,6 +264,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each row; the median is reported")
     parser.add_argument("--gpu", action="store_true", help="run train.py with trainer.accelerator=gpu")
     parser.add_argument("--switches", action="store_true", help="also time model.compile and bf16-mixed")
+    parser.add_argument("--refusals", action="store_true", help="only time how fast mistakes are answered")
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
@@ -249,7 +279,10 @@ def main() -> None:
 
         if not torch.cuda.is_available():
             raise SystemExit("--gpu: this machine has no CUDA GPU; run without --gpu to measure the CPU")
-    rows = report(measure(args.repeats, args.gpu, args.switches), test_accuracy_per_epoch(args.gpu))
+    if args.refusals:
+        rows = {name: round(value, 3) for name, value in refusals(args.repeats).items()}
+    else:
+        rows = report(measure(args.repeats, args.gpu, args.switches), test_accuracy_per_epoch(args.gpu))
     width = max(map(len, rows))
     for name, value in rows.items():
         print(f"{name:<{width}}  {value}")

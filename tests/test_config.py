@@ -6,6 +6,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
 from omegaconf import OmegaConf
 
+from mnistlab import schema
 from mnistlab.checks import InputError, check_devices
 from mnistlab.tasks import train
 
@@ -33,11 +34,12 @@ def options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 @pytest.mark.parametrize("entry", ["train", "eval"])
-def test_every_option_composes_and_resolves(entry: str, group: str, option: str, tmp_path: Path) -> None:
+def test_every_option_composes_resolves_and_fits_the_schema(entry: str, group: str, option: str, tmp_path) -> None:
     extra = ["ckpt_path=some.ckpt"] if entry == "eval" else []
     cfg = compose_config(entry, tmp_path, [f"{group}={option}", *extra])
     resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
     assert resolved["data"]["batch_size"] > 0 and resolved["trainer"]["max_epochs"] >= 1
+    schema.check(cfg, schema.TrainConfig if entry == "train" else schema.EvalConfig)
 
 
 def test_every_group_and_option_is_covered() -> None:

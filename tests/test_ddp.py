@@ -104,13 +104,16 @@ def test_ddp_computes_what_one_process_computes(one_and_two_processes: tuple[Pat
         torch.testing.assert_close(two["state_dict"][name], value, rtol=0, atol=1e-5)
 
 
-def test_three_ranks_evaluate_every_test_image_exactly_once(one_and_two_processes, tmp_path: Path) -> None:
+def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(
+    one_and_two_processes, tmp_path: Path
+) -> None:
     checkpoint = one_and_two_processes[0] / "checkpoints" / "last.ckpt"
     results = []
-    for processes in ([], ["strategy=ddp", "trainer.devices=3"]):  # 10,000 does not divide by 3
+    # 10,000 images do not divide by 3, nor a batch of 100: evaluation takes any batch on any processes.
+    for batch, processes in (("64", []), ("100", ["strategy=ddp", "trainer.devices=3"])):
         out = tmp_path / str(len(processes))
         result = run_script(
-            "eval.py", f"ckpt_path={checkpoint}", "data.batch_size=63", *processes, f"hydra.run.dir={out}"
+            "eval.py", f"ckpt_path={checkpoint}", f"data.batch_size={batch}", *processes, f"hydra.run.dir={out}"
         )
         assert result.returncode == 0, result.stderr[-3000:]
         results.append(json.loads((out / "metrics.json").read_text()))
@@ -338,8 +341,10 @@ DDP_RUN = [
 
 
 def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path: Path) -> None:
-    signalled = ["+callbacks.signal._target_=conftest.SignalAt", "+callbacks.signal.step=25"]
-    result = run_script("train.py", *DDP_RUN, *signalled, "+callbacks.signal.signal=SIGUSR1", f"paths.log_dir={tmp_path}")
+    signalled = ["+callbacks.signal._target_=faults.SignalAt", "+callbacks.signal.step=25"]
+    result = run_script(
+        "train.py", *DDP_RUN, *signalled, "+callbacks.signal.signal=SIGUSR1", f"paths.log_dir={tmp_path}"
+    )
     assert result.returncode == 128 + 10, result.stderr[-3000:]
     run = _one_run(tmp_path)
     assert result.stdout.count("Stopped by SIGUSR1 at step 26 (epoch 0)") == 1  # rank 0's console only
@@ -351,7 +356,7 @@ def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path: Path) -> None:
 
 
 def test_ddp_ranks_stop_together_when_one_diverges(tmp_path: Path) -> None:
-    poisoned = ["+callbacks.poison._target_=conftest.PoisonAt", "+callbacks.poison.step=12", "+callbacks.poison.rank=1"]
+    poisoned = ["+callbacks.poison._target_=faults.PoisonAt", "+callbacks.poison.step=12", "+callbacks.poison.rank=1"]
     result = run_script("train.py", *DDP_RUN, *poisoned, f"paths.log_dir={tmp_path}", timeout=180)
     assert result.returncode == 1, result.stderr[-3000:]
     assert result.stdout.count("The training loss became non-finite (NaN or inf) between steps 10 and 20") == 1

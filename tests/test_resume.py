@@ -15,27 +15,12 @@ from mnistlab import resume
 from mnistlab.checks import InputError
 from mnistlab.tasks import train
 
-from conftest import ROOT, compose_config, run_script
+from conftest import DETERMINISTIC, ROOT, assert_same_weights, compose_config, run_script
+from conftest import last_checkpoint as _last
 
-# 3 epochs of 30 steps, deterministic: runs can be compared exactly. model.net.hidden: an override the
-# resumed run must take from the run's folder (the checkpoint would not load into the default width).
-RUN = [
-    "trainer.max_epochs=3",
-    "trainer.limit_train_batches=30",
-    "trainer.limit_val_batches=3",
-    "trainer.limit_test_batches=3",
-    "trainer.deterministic=true",
-    "model.net.hidden=64",
-]
-
-
-def _last(run: Path) -> dict:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
-
-
-def _assert_same_weights(a: dict, b: dict) -> None:
-    for name, value in a["state_dict"].items():
-        torch.testing.assert_close(b["state_dict"][name], value, rtol=0, atol=1e-6)
+# model.net.hidden: an override the resumed run must take from the run's folder (the checkpoint
+# would not load into the default width).
+RUN = [*DETERMINISTIC, "model.net.hidden=64"]
 
 
 def _one_run(log_dir: Path) -> Path:
@@ -46,7 +31,12 @@ def _one_run(log_dir: Path) -> Path:
 def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path: Path) -> None:
     whole = train(compose_config("train", tmp_path / "whole", RUN))
     # Killed (SIGKILL: no chance to save anything) as epoch 2 starts: last.ckpt is epoch 1's.
-    killed = [*RUN, "+callbacks.kill._target_=conftest.SignalAt", "+callbacks.kill.step=60", "+callbacks.kill.signal=SIGKILL"]
+    killed = [
+        *RUN,
+        "+callbacks.kill._target_=faults.SignalAt",
+        "+callbacks.kill.step=60",
+        "+callbacks.kill.signal=SIGKILL",
+    ]
     result = run_script("train.py", *killed, f"paths.log_dir={tmp_path}")
     assert result.returncode == -signal.SIGKILL
     run = _one_run(tmp_path)
@@ -59,7 +49,7 @@ def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path
     assert f"Resuming the run in {run}; its overrides: " in log and "model.net.hidden=64" in log
     assert "Overrides given now, on top: trainer.num_sanity_val_steps=0" in log
     assert f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}" in log
-    _assert_same_weights(_last(tmp_path / "whole"), _last(run))
+    assert_same_weights(_last(tmp_path / "whole"), _last(run))
     tested = torch.load(next((run / "checkpoints").glob("epoch*.ckpt")), weights_only=True)
     assert tested["epoch"] == torch.load(next((tmp_path / "whole" / "checkpoints").glob("epoch*.ckpt")))["epoch"]
     metrics = (run / "metrics.json").read_text()
@@ -89,7 +79,10 @@ def test_overrides_given_when_resuming_replace_the_runs_own(tmp_path: Path) -> N
     [
         (lambda p: p / "nope", "no such folder"),
         (lambda p: p, "is not a run folder (no .hydra/overrides.yaml in it)"),
-        (lambda p: (p / ".hydra").mkdir() or (p / ".hydra" / "overrides.yaml").write_text("[]") and p, "no checkpoints"),
+        (
+            lambda p: (p / ".hydra").mkdir() or (p / ".hydra" / "overrides.yaml").write_text("[]") and p,
+            "no checkpoints",
+        ),
         (lambda p: (p / "multirun.yaml").write_text("{}") and p, "is a sweep's folder; name one of its jobs"),
     ],
 )
@@ -111,7 +104,7 @@ def test_killed_at_random_moments_the_resumed_run_ends_as_if_never_killed(tmp_pa
     steps = [*RUN, "trainer.limit_train_batches=150", "callbacks.last_checkpoint.every_n_train_steps=5"]
     steps.append("callbacks.last_checkpoint.every_n_epochs=null")
     train(compose_config("train", tmp_path / "whole", steps))
-    plugin = "trainer.plugins=[{_target_:conftest.KilledMidWrite,step:55}]"
+    plugin = "trainer.plugins=[{_target_:faults.KilledMidWrite,step:55}]"
     first = run_script("train.py", *steps, plugin, f"paths.log_dir={tmp_path / 'killed'}")
     assert first.returncode == -signal.SIGKILL
     run = _one_run(tmp_path / "killed")
@@ -122,7 +115,7 @@ def test_killed_at_random_moments_the_resumed_run_ends_as_if_never_killed(tmp_pa
     final = run_script("train.py", f"resume={run}", f"paths.log_dir={tmp_path / 'killed'}")
     assert final.returncode == 0, final.stderr[-3000:]
     assert _last(run)["global_step"] == 3 * 150
-    _assert_same_weights(_last(tmp_path / "whole"), _last(run))
+    assert_same_weights(_last(tmp_path / "whole"), _last(run))
 
 
 def _kill_after_next_checkpoint(run: Path, delay: float) -> None:

@@ -4,34 +4,21 @@ import signal
 from pathlib import Path
 
 import pytest
-import torch
 
 from mnistlab.failures import RunStopped
 from mnistlab.tasks import train
 
-from conftest import compose_config, run_script
+from conftest import DETERMINISTIC, assert_same_weights, compose_config, run_script
+from conftest import last_checkpoint as _last
 
-# 3 epochs of 30 steps; last.ckpt every 10 steps; deterministic, so runs can be compared exactly.
+# last.ckpt every 10 steps; the loss checked every 25.
 RUN = [
-    "trainer.max_epochs=3",
-    "trainer.limit_train_batches=30",
-    "trainer.limit_val_batches=3",
-    "trainer.limit_test_batches=3",
-    "trainer.deterministic=true",
+    *DETERMINISTIC,
     "trainer.log_every_n_steps=25",
     "callbacks.last_checkpoint.every_n_train_steps=10",
     "callbacks.last_checkpoint.every_n_epochs=null",
     "logger=csv",
 ]
-
-
-def _last(out: Path) -> dict:
-    return torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
-
-
-def _assert_same_weights(a: dict, b: dict) -> None:
-    for name, value in a["state_dict"].items():
-        torch.testing.assert_close(b["state_dict"][name], value, rtol=0, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +29,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGUSR1"])
 def test_a_signal_saves_at_the_next_step_and_the_resumed_run_ends_the_same(name, uninterrupted, tmp_path) -> None:
-    signalled = [*RUN, "+callbacks.signal._target_=conftest.SignalAt", "+callbacks.signal.step=42"]
+    signalled = [*RUN, "+callbacks.signal._target_=faults.SignalAt", "+callbacks.signal.step=42"]
     signalled.append(f"+callbacks.signal.signal={name}")
     with pytest.raises(RunStopped) as stop:
         train(compose_config("train", tmp_path, signalled))
@@ -54,13 +41,13 @@ def test_a_signal_saves_at_the_next_step_and_the_resumed_run_ends_the_same(name,
 
     resumed = train(compose_config("train", tmp_path, RUN))  # what resume= composes: same folder, same overrides
     whole, metrics = uninterrupted
-    _assert_same_weights(_last(whole), _last(tmp_path))
+    assert_same_weights(_last(whole), _last(tmp_path))
     assert resumed["test/acc"] == metrics["test/acc"]
     assert resumed["test/loss"] == pytest.approx(metrics["test/loss"], rel=1e-6)
 
 
 def test_a_diverging_run_stops_soon_and_writes_no_checkpoint_of_broken_weights(tmp_path: Path) -> None:
-    poisoned = [*RUN, "+callbacks.poison._target_=conftest.PoisonAt", "+callbacks.poison.step=32"]
+    poisoned = [*RUN, "+callbacks.poison._target_=faults.PoisonAt", "+callbacks.poison.step=32"]
     with pytest.raises(RunStopped, match=r"non-finite \(NaN or inf\) between steps 30 and 40") as stop:
         train(compose_config("train", tmp_path, poisoned))
     assert stop.value.exit_code == 1

@@ -17,9 +17,11 @@ def test_failed_jobs_leave_the_others_running_and_are_listed_at_the_end(tmp_path
     lines = result.stderr.strip().splitlines()[-3:]
     assert lines == [
         f"2 of 3 jobs of the sweep in {sweep} failed:",
-        "  1 (model.optimizer.lr=1e+30): The training loss became non-finite (NaN or inf) between steps 0 and 20, "
-        "with learning rate 1e+30: lower model.optimizer.lr, or clip gradients (trainer.gradient_clip_val=1.0). "
-        "No checkpoint of these weights was written; none was written before",
+        (
+            "  1 (model.optimizer.lr=1e+30): The training loss became non-finite (NaN or inf) between steps 0 and 20,"
+            " with learning rate 1e+30: lower model.optimizer.lr, or clip gradients (trainer.gradient_clip_val=1.0)."
+            " No checkpoint of these weights was written; none was written before"
+        ),
         "  2 (model.optimizer.lr=-1): model.optimizer.lr=-1: should be greater than 0",
     ]
     assert "Traceback" not in result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""The one place that decides which process talks to the console: global rank 0.
+"""The one place that decides what reaches the console: global rank 0's records, without the noise.
 
 Every module logs with plain ``logging``; Hydra's job logging (``conf/hydra/default.yaml``) puts
 this filter on the console handler only, so each rank still writes its own log file.
@@ -20,3 +20,33 @@ class RankZeroFilter(logging.Filter):
         from lightning.fabric.utilities.rank_zero import rank_zero_only
 
         return getattr(rank_zero_only, "rank", 0) == 0
+
+
+class DropNoise(logging.Filter):
+    """Keep off the console what a user of this template cannot act on; log files keep everything."""
+
+    NOISE = (
+        "💡 Tip:",  # Lightning's advertisement for its cloud products, at every run
+        "Trainer already configured with model summary callbacks",  # our RichModelSummary, as configured
+        "TPU available:",  # never on the machines this template targets; GPU availability stays shown
+        "Restoring states from the checkpoint path at",  # said again by "Restored all states from ..."
+        "`weights_only` was not set",  # Lightning's own checkpoints, loaded as it chooses
+        "`isinstance(treespec, LeafSpec)` is deprecated",  # Lightning 2.6 on torch 2.14, at every run
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(noise in message for noise in self.NOISE)
+
+
+def adopt_lightning_loggers() -> None:
+    """Send Lightning's records through the handlers already configured (Hydra's: these filters, the log
+    files). Lightning gives its loggers console handlers of their own when it is imported, and the
+    entry points import it after Hydra has configured logging (the config is checked first): left
+    there, those would print every record a second time, unfiltered."""
+    if not logging.getLogger().handlers:
+        return  # nothing configured (a plain Python session): Lightning's own handlers are all there is
+    for name in ("lightning", "lightning.pytorch", "lightning.fabric"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True

@@ -9,6 +9,8 @@ the only place every launcher (basic, joblib workers, SLURM jobs) shares with th
 """
 
 import logging
+import os
+import shutil
 import sys
 import traceback
 from collections.abc import Iterator
@@ -49,8 +51,23 @@ def reported() -> Iterator[None]:
             log.error("%s", err)  # through logging: the console shows rank 0's alone
             raise SystemExit(err.exit_code) from None
         if isinstance(err, InputError):
+            _discard_unused_run_folder()
             raise SystemExit(f"Error: {err}") from None
         raise
+
+
+def _discard_unused_run_folder() -> None:
+    """A run refused before it wrote anything of its own leaves no folder behind. Only a folder Hydra
+    named for this run (not one given with hydra.run.dir: a sweep job's, a resumed run's, yours), by
+    rank 0, and holding nothing but the saved config and logs."""
+    if not HydraConfig.initialized() or os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0":
+        return
+    hydra = HydraConfig.get()
+    if hydra.output_subdir is None or any(o.startswith("hydra.run.dir=") for o in hydra.overrides.hydra):
+        return
+    folder = Path(hydra.runtime.output_dir)
+    if all(p.name == ".hydra" or p.suffix == ".log" for p in folder.iterdir()):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _record(err: Exception) -> None:
@@ -60,6 +77,28 @@ def _record(err: Exception) -> None:
     details = "".join(traceback.format_exception(err))
     (Path(hydra.runtime.output_dir) / FAILURE_FILE).write_text(f"{reason}\n\n{details}")
     log.error("Job %s failed: %s", hydra.job.num, reason)
+
+
+class WritableOutput(Callback):
+    """Before Hydra creates the run's (or sweep's) folder: one line if it cannot, not Hydra's traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _check_writable(Path(config.hydra.run.dir))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _check_writable(Path(config.hydra.sweep.dir))
+
+
+def _check_writable(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as err:
+        raise SystemExit(
+            f"Error: cannot write the output folder {folder} ({err.strerror}); point paths.log_dir at a folder "
+            "you can write to"
+        ) from None
 
 
 class SweepReport(Callback):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from mnistlab.checks import InputError
@@ -59,5 +60,5 @@ def _check(folder: Path) -> None:
 def _key(override: str) -> str:
     try:
         return OverridesParser.create().parse_override(override).key_or_group
-    except Exception:  # not an override (the argument of a Hydra flag): Hydra reports it if it is wrong
+    except HydraException:  # not an override (the argument of a Hydra flag): Hydra reports it if it is wrong
         return override

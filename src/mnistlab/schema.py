@@ -168,8 +168,15 @@ class Run(Node):
     paths: Paths
     hydra: Any = None  # Hydra's own config, when a test composes it in: typed by Hydra
 
+
+class TrainConfig(Run):
+    ckpt_path: str | None
+    resume: str | None = None
+    test: bool
+    optimized_metric: str | None
+
     @model_validator(mode="after")
-    def _batch_divides_into_processes(self) -> "Run":
+    def _batch_divides_into_processes(self) -> "TrainConfig":
         devices, nodes = self.trainer.devices, self.trainer.num_nodes
         world = (len(devices) if isinstance(devices, list) else devices) * nodes if devices not in ("auto", -1) else 1
         if self.data.batch_size % world:
@@ -178,13 +185,6 @@ class Run(Node):
                 f"be a multiple of the world size {world} (trainer.devices x trainer.num_nodes)"
             )
         return self
-
-
-class TrainConfig(Run):
-    ckpt_path: str | None
-    resume: str | None = None
-    test: bool
-    optimized_metric: str | None
 
 
 class EvalConfig(Run):
@@ -226,9 +226,9 @@ def _config_key(problem: Any, values: Any) -> tuple[str, Any]:
     tried (``int``, ``literal['auto']``, ``Strategy``) into the location: those parts are skipped."""
     loc, path = problem["loc"], []
     for part in loc:
-        if isinstance(values, dict) and part in values:
-            values = values[part]
-        elif isinstance(values, list) and isinstance(part, int) and part < len(values):
+        if (isinstance(values, dict) and part in values) or (
+            isinstance(values, list) and isinstance(part, int) and part < len(values)
+        ):
             values = values[part]
         elif problem["type"] in ("missing", "extra_forbidden") and part == loc[-1]:
             return ".".join([*path, str(part)]), None

@@ -69,8 +69,7 @@ class SafeStop(L.Callback):
         where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
         kept = f"saved {self.checkpoint}" if self.saved else f"the last checkpoint is {self.checkpoint}"
         return RunStopped(
-            f"Stopped by {name} at {where}; {kept}. Continue with: python train.py "
-            f"resume={trainer.default_root_dir}",
+            f"Stopped by {name} at {where}; {kept}. Continue with: python train.py resume={trainer.default_root_dir}",
             exit_code=128 + signal.Signals[name].value,
         )
 

@@ -17,11 +17,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import launch, resume
+from mnistlab import console, launch, resume
 from mnistlab.checks import InputError, check_devices
 from mnistlab.stopping import SafeStop
 
 log = logging.getLogger(__name__)
+console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydra configured logging
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
