@@ -17,7 +17,7 @@ Measures, in one invocation, alternating the runs and taking medians:
   unknown group option, each against ``python -c "import torch, lightning"`` (``--refusals`` measures
   these rows alone);
 - with ``--switches``, the epoch time with ``model.compile=true``, with ``trainer.precision=bf16-mixed``
-  and with ``model.optimizer.fused=false``, each against the default.
+  with ``model.optimizer.fused=false`` and without the safe-stop callback, each against the default.
 
 Prints one table and writes it as JSON to outputs/benchmarks/. Every process here runs alone:
 never run it beside another heavy job, and quote ratios, which are steadier than seconds.
@@ -192,6 +192,7 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
         rows["train.py model.compile=true"] = lambda e: [*train, f"trainer.max_epochs={e}", "model.compile=true"]
         rows["train.py bf16-mixed"] = lambda e: [*train, f"trainer.max_epochs={e}", "trainer.precision=bf16-mixed"]
         rows["train.py fused=false"] = lambda e: [*train, f"trainer.max_epochs={e}", "model.optimizer.fused=false"]
+        rows["train.py safe_stop=null"] = lambda e: [*train, f"trainer.max_epochs={e}", "callbacks.safe_stop=null"]
     return rows
 
 
@@ -247,7 +248,7 @@ def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object
         times["train.py fast_dev_run"] / times["import only"], 3
     )
     rows["epoch ratio ddp x2 / one process"] = round(times["train.py ddp x2 epoch"] / epoch, 3)
-    for switch in ("model.compile=true", "bf16-mixed", "fused=false"):
+    for switch in ("model.compile=true", "bf16-mixed", "fused=false", "safe_stop=null"):
         if (seconds := times.get(f"train.py {switch} epoch")) is not None:
             rows[f"epoch ratio {switch} / default"] = round(seconds / epoch, 3)
     rows["test accuracy per epoch"] = [round(a, 4) for a in accuracies]

@@ -52,7 +52,8 @@ def reported() -> Iterator[None]:
             raise SystemExit(err.exit_code) from None
         if isinstance(err, InputError):
             _discard_unused_run_folder()
-            raise SystemExit(f"Error: {err}") from None
+            if os.environ.get("HYDRA_FULL_ERROR") != "1":  # Hydra's switch for the whole traceback
+                raise SystemExit(f"Error: {err}") from None
         raise
 
 

@@ -15,7 +15,6 @@ any checkpoint is written: all ranks stop together, and no checkpoint of non-fin
 ever written, so the last good ``last.ckpt`` and best checkpoint stay as they were.
 """
 
-import logging
 import signal
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,8 +27,6 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from mnistlab.failures import RunStopped
-
-log = logging.getLogger(__name__)
 
 
 class SafeStop(L.Callback):
@@ -44,8 +41,11 @@ class SafeStop(L.Callback):
 
     # --- signals -------------------------------------------------------------------------------
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # After Lightning has set its handlers, which it puts back as they were before fit when fit ends.
+        # After Lightning has set its handlers, which it puts back as they were before fit when fit ends;
+        # and with the model on its device.
         self.signal, self.saved = None, False
+        self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
+        self._batches = self._checked_at = 0
         self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, self._on_signal)
         env = getattr(trainer.strategy, "cluster_environment", None)  # parallel strategies have one
@@ -74,10 +74,6 @@ class SafeStop(L.Callback):
         )
 
     # --- divergence ----------------------------------------------------------------------------
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
-        self._batches = self._checked_at = 0
-
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None:
