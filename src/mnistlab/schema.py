@@ -133,6 +133,7 @@ class EarlyStopping(Target):
 class SafeStop(Target):
     checkpoint: str
     check_every_n_steps: Positive
+    requeue: bool = True
 
 
 class Callbacks(Node):

@@ -5,9 +5,11 @@ the same step: it broadcasts rank 0's flag before each step) but saves nothing a
 the stop also saves ``last.ckpt`` (mid-epoch: a resumed run goes on from that very step), SIGUSR1
 (SLURM's warning before a time limit, ``--signal=USR1@<s>``) stops the same way, and the run ends
 with a message saying how to resume and exit code 128 + the signal's number, so that a scheduler
-(a Kubernetes Job, say) sees an interrupted run rather than a finished one. A SLURM job that
-Lightning requeues by itself (``SLURMEnvironment(auto_requeue=True)``) keeps Lightning's SIGUSR1
-handler: it saves ``hpc_ckpt_<n>.ckpt`` and requeues the job, which resumes from it.
+(a Kubernetes Job, say) sees an interrupted run rather than a finished one. In a SLURM batch job
+(``requeue: true``), SIGUSR1 also requeues the job once the checkpoint is saved: it comes back
+under the same job id, in the same folder, and resumes from that step. Lightning's own SIGUSR1
+handler for SLURM, replaced here, saves from inside the signal handler, wherever the step is, so
+a resumed run could repeat or skip part of a step.
 
 Divergence. A non-finite loss is noted at every step without reading it on the host (no GPU sync
 per step) and acted on every ``check_every_n_steps`` batches, before each validation and before
@@ -15,7 +17,9 @@ any checkpoint is written: all ranks stop together, and no checkpoint of non-fin
 ever written, so the last good ``last.ckpt`` and best checkpoint stay as they were.
 """
 
+import os
 import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -30,11 +34,12 @@ from mnistlab.failures import RunStopped
 
 
 class SafeStop(L.Callback):
-    def __init__(self, checkpoint: str, check_every_n_steps: int = 50) -> None:
+    def __init__(self, checkpoint: str, check_every_n_steps: int = 50, requeue: bool = True) -> None:
         self.checkpoint = Path(checkpoint)  # where a signal's stop saves the run's state: its last.ckpt
         self.check_every_n_steps = check_every_n_steps
+        self.requeue = requeue  # in a SLURM batch job, SIGUSR1 requeues it once the checkpoint is saved
         self.signal: str | None = None  # the name of the signal that stopped the run
-        self.saved = False
+        self.saved = self.requeued = False
         self._lightning_sigterm: Any = None
         self._finite: torch.Tensor | None = None  # all losses since the last check were finite
         self._batches = self._checked_at = 0
@@ -43,14 +48,12 @@ class SafeStop(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # After Lightning has set its handlers, which it puts back as they were before fit when fit ends;
         # and with the model on its device.
-        self.signal, self.saved = None, False
+        self.signal, self.saved, self.requeued = None, False, False
         self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
         self._batches = self._checked_at = 0
         self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, self._on_signal)
-        env = getattr(trainer.strategy, "cluster_environment", None)  # parallel strategies have one
-        if not (isinstance(env, SLURMEnvironment) and env.auto_requeue):
-            signal.signal(signal.SIGUSR1, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signal = self.signal or signal.Signals(signum).name
@@ -62,14 +65,21 @@ class SafeStop(L.Callback):
         if isinstance(exception, SIGTERMException) and not trainer.validating and not trainer.sanity_checking:
             trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
             self.saved = True
+            if self.requeue and self.signal == "SIGUSR1" and trainer.is_global_zero:
+                self.requeued = _requeue_slurm_job()
 
     def stopped(self, trainer: L.Trainer) -> RunStopped:
         """What to tell the user once Lightning has stopped the run on a signal."""
         name = self.signal or "SIGTERM"
         where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
         kept = f"saved {self.checkpoint}" if self.saved else f"the last checkpoint is {self.checkpoint}"
+        then = (
+            f"SLURM job {os.environ['SLURM_JOB_ID']} requeued: it resumes from there"
+            if self.requeued
+            else f"Continue with: python train.py resume={trainer.default_root_dir}"
+        )
         return RunStopped(
-            f"Stopped by {name} at {where}; {kept}. Continue with: python train.py resume={trainer.default_root_dir}",
+            f"Stopped by {name} at {where}; {kept}. {then}",
             exit_code=128 + signal.Signals[name].value,
         )
 
@@ -107,3 +117,12 @@ class SafeStop(L.Callback):
             + (f"the last good one is {self.checkpoint}" if self.checkpoint.is_file() else "none was written before"),
             exit_code=1,
         )
+
+
+def _requeue_slurm_job() -> bool:
+    """Requeue this SLURM batch job (not an interactive allocation, as Lightning tells them apart)."""
+    if not SLURMEnvironment.detect():
+        return False
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
+    return subprocess.run(["scontrol", "requeue", job], check=False).returncode == 0
