@@ -40,7 +40,7 @@ class SafeStop(L.Callback):
         self.requeue = requeue  # in a SLURM batch job, SIGUSR1 requeues it once the checkpoint is saved
         self.signal: str | None = None  # the name of the signal that stopped the run
         self.saved = self.requeued = False
-        self._lightning_sigterm: Any = None
+        self._trainer: L.Trainer | None = None
         self._finite: torch.Tensor | None = None  # all losses since the last check were finite
         self._batches = self._checked_at = 0
 
@@ -51,21 +51,31 @@ class SafeStop(L.Callback):
         self.signal, self.saved, self.requeued = None, False, False
         self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
         self._batches = self._checked_at = 0
-        self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
+        self._trainer = trainer
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        """Lightning's SIGTERM handler, without its broadcast. Lightning's also broadcasts from inside the
+        handler: ranks signalled in different places (one in the gradient all-reduce, one not) then wait
+        on each other's collectives until SLURM kills them, which the SLURM tests saw happen."""
         self.signal = self.signal or signal.Signals(signum).name
-        if callable(self._lightning_sigterm):  # Lightning's: stop at the next step, on every rank
-            self._lightning_sigterm(signum, frame)
+        trainer = self._trainer
+        if not trainer.received_sigterm and trainer.strategy.launcher is not None:
+            trainer.strategy.launcher.kill(signum)  # the ranks Lightning started itself get it too
+        # Lightning stops at the next step boundary, every rank at the same step: it broadcasts rank 0's
+        # flag before each step. No public setter for it; its own handler sets this attribute.
+        trainer._signal_connector.received_sigterm = True
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         # Not in the middle of a validation: resumed there, it would be computed on part of the data.
         if isinstance(exception, SIGTERMException) and not trainer.validating and not trainer.sanity_checking:
+            requeue = self.requeue and self.signal == "SIGUSR1" and SLURMEnvironment.detect()
+            if requeue:  # the requeue SIGTERMs every task of the job: let them finish saving and saying so
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
             trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
             self.saved = True
-            if self.requeue and self.signal == "SIGUSR1" and trainer.is_global_zero:
+            if requeue and trainer.is_global_zero:
                 self.requeued = _requeue_slurm_job()
 
     def stopped(self, trainer: L.Trainer) -> RunStopped:
@@ -120,9 +130,7 @@ class SafeStop(L.Callback):
 
 
 def _requeue_slurm_job() -> bool:
-    """Requeue this SLURM batch job (not an interactive allocation, as Lightning tells them apart)."""
-    if not SLURMEnvironment.detect():
-        return False
+    """Requeue this SLURM batch job (SLURMEnvironment.detect: not an interactive allocation)."""
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
     job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
     return subprocess.run(["scontrol", "requeue", job], check=False).returncode == 0

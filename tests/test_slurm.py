@@ -1,0 +1,132 @@
+"""The SLURM tier: the project run by a real SLURM cluster, started for these tests on this machine.
+
+tests/slurm/cluster.sh starts it (two nodes of this host, private ports and folders); it needs root
+and Debian's slurmctld, slurmd, slurm-client and munge, which .ci/run installs. Where it cannot
+start these tests skip, saying why; in CI (CI=true) they fail.
+"""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import DETERMINISTIC, ROOT, assert_same_weights
+from conftest import last_checkpoint as _last
+
+pytestmark = pytest.mark.slow
+CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+SBATCH = ROOT / "slurm" / "train.sbatch"
+# Two DDP ranks, 3 epochs of 600 steps (about 3 s each here), last.ckpt at each epoch end.
+STEPS = 600
+RUN = ["trainer.accelerator=cpu", *DETERMINISTIC, f"trainer.limit_train_batches={STEPS}"]
+
+
+def _free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the SLURM tier must run in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A private SLURM cluster for this module: the environment its clients (sbatch, scontrol) need."""
+    missing = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
+    if missing or os.geteuid() != 0:
+        _unavailable(f"needs root and {', '.join(missing) or 'SLURM'} (apt-get install slurmctld slurmd slurm-client munge)")
+    folder = tmp_path_factory.mktemp("slurm")
+    ports = [_free_port() for _ in range(3)]
+    started = subprocess.run(["bash", CLUSTER, "start", folder, *ports], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"SLURM_CONF": f"{folder}/slurm.conf"}
+    try:
+        if started.returncode:
+            _unavailable(f"the cluster did not start: {started.stderr.strip()[-500:]}")
+        yield env
+    finally:
+        subprocess.run(["bash", CLUSTER, "stop", folder], env=env, capture_output=True, timeout=120, check=False)
+
+
+def _sbatch(env: dict[str, str], out: Path, *overrides: str, options: tuple[str, ...] = ()) -> str:
+    """Submit slurm/train.sbatch from the project's folder (as the README says); return the job id."""
+    command = ["sbatch", "--parsable", "--cpus-per-task=1", f"--output={out}/slurm-%j.out", *options, SBATCH]
+    submitted = subprocess.run(
+        [*command, *overrides, f"paths.log_dir={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip()
+
+
+def _job(env: dict[str, str], job: str) -> dict[str, str]:
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True, timeout=30)
+    return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
+
+
+def _wait(env: dict[str, str], job: str, until: object, timeout: float = 240) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while not until(state := _job(env, job)):
+        assert time.monotonic() < deadline, f"job {job} still {state.get('JobState')} after {timeout} s"
+        time.sleep(0.1)
+    return state
+
+
+def _finished(env: dict[str, str], job: str) -> dict[str, str]:
+    state = _wait(env, job, lambda s: s.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
+    assert state["JobState"] == "COMPLETED", state
+    return state
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("uninterrupted")
+    job = _sbatch(slurm, out, *RUN)
+    _finished(slurm, job)
+    return out / "train" / "runs" / f"slurm-{job}"
+
+
+def test_sbatch_and_srun_run_one_ddp_run_in_one_folder(slurm: dict[str, str], uninterrupted: Path) -> None:
+    run = uninterrupted
+    assert [p.name for p in run.parent.iterdir()] == [run.name]  # slurm-<job id>, nothing else
+    assert {p.name for p in run.glob("*.log")} == {"train.log", "train_ddp_process_1.log"}
+    assert "Starting with 2 processes" in (run / "train.log").read_text()
+    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert {p.parent.name for p in run.rglob("events.out.tfevents.*")} == {"tensorboard"}  # rank 0's alone
+    assert _last(run)["global_step"] == 3 * STEPS
+
+
+@pytest.mark.parametrize("how", ["scontrol requeue", "SIGUSR1"])
+def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninterrupted, tmp_path) -> None:
+    """Preempted (``scontrol requeue``: SIGTERM) or warned of its time limit (``--signal=USR1@<s>``,
+    delivered here at once with ``scancel --signal=USR1``): the job saves at the next step, comes
+    back under its job id, resumes from that step and ends with the uninterrupted run's weights."""
+    job = _sbatch(slurm, tmp_path, *RUN)
+    run = tmp_path / "train" / "runs" / f"slurm-{job}"
+    _wait(slurm, job, lambda s: (run / "checkpoints" / "last.ckpt").is_file())  # epoch 0 done: training
+    signal = "SIGTERM" if how == "scontrol requeue" else "SIGUSR1"
+    interrupt = ["scontrol", "requeue", job] if signal == "SIGTERM" else ["scancel", "--signal=USR1", job]
+    subprocess.run(interrupt, env=slurm, check=True, timeout=30)
+    # SLURM holds a requeued job back for a while (BeginTime); let it start again now.
+    _wait(slurm, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True, timeout=30)
+    _finished(slurm, job)
+
+    log = (run / "train.log").read_text()
+    stop = re.search(rf"Stopped by {signal} at step (\d+) \(epoch \d\); saved {run}/checkpoints/last.ckpt", log)
+    assert stop, log[-3000:]
+    assert int(stop[1]) % STEPS, "saved where the signal came, not at an epoch end"
+    if signal == "SIGUSR1":
+        assert f"SLURM job {job} requeued: it resumes from there" in log
+    assert f"Restored all states from the checkpoint at {run}/checkpoints/last.ckpt" in log
+    assert [p.name for p in run.parent.iterdir()] == [run.name]  # the same folder, the same job id
+    assert _last(run)["global_step"] == 3 * STEPS
+    assert_same_weights(_last(uninterrupted), _last(run))
