@@ -94,6 +94,10 @@ def uninterrupted(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactor
     return out / "train" / "runs" / f"slurm-{job}"
 
 
+def test_the_readme_shows_the_batch_script_the_tests_submit() -> None:
+    assert SBATCH.read_text() in (ROOT / "README.md").read_text()
+
+
 def test_sbatch_and_srun_run_one_ddp_run_in_one_folder(slurm: dict[str, str], uninterrupted: Path) -> None:
     run = uninterrupted
     assert [p.name for p in run.parent.iterdir()] == [run.name]  # slurm-<job id>, nothing else
