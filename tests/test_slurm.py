@@ -44,10 +44,14 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A private SLURM cluster for this module: the environment its clients (sbatch, scontrol) need."""
     missing = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
     if missing or os.geteuid() != 0:
-        _unavailable(f"needs root and {', '.join(missing) or 'SLURM'} (apt-get install slurmctld slurmd slurm-client munge)")
+        _unavailable(
+            f"needs root and {', '.join(missing) or 'SLURM'} (apt-get install slurmctld slurmd slurm-client munge)"
+        )
     folder = tmp_path_factory.mktemp("slurm")
     ports = [_free_port() for _ in range(3)]
-    started = subprocess.run(["bash", CLUSTER, "start", folder, *ports], capture_output=True, text=True, timeout=120)
+    started = subprocess.run(
+        ["bash", CLUSTER, "start", folder, *ports], capture_output=True, text=True, timeout=120, check=False
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"SLURM_CONF": f"{folder}/slurm.conf"}
     try:
         if started.returncode:
@@ -61,14 +65,21 @@ def _sbatch(env: dict[str, str], out: Path, *overrides: str, options: tuple[str,
     """Submit slurm/train.sbatch from the project's folder (as the README says); return the job id."""
     command = ["sbatch", "--parsable", "--cpus-per-task=1", f"--output={out}/slurm-%j.out", *options, SBATCH]
     submitted = subprocess.run(
-        [*command, *overrides, f"paths.log_dir={out}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [*command, *overrides, f"paths.log_dir={out}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,  # the assertion below shows sbatch's message
     )
     assert submitted.returncode == 0, submitted.stderr
     return submitted.stdout.strip()
 
 
 def _job(env: dict[str, str], job: str) -> dict[str, str]:
-    shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=env, capture_output=True, text=True, timeout=30)
+    command = ["scontrol", "-o", "show", "job", job]
+    shown = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=True)
     return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
 
 
