@@ -347,9 +347,10 @@ def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path: Path) -> None:
     )
     assert result.returncode == 128 + 10, result.stderr[-3000:]
     run = _one_run(tmp_path)
-    assert result.stdout.count("Stopped by SIGUSR1 at step 26 (epoch 0)") == 1  # rank 0's console only
-    assert "Stopped by SIGUSR1 at step 26" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 26
+    # The ranks agree at the next check (every trainer.log_every_n_steps=10 steps): step 30.
+    assert result.stdout.count("Stopped by SIGUSR1 at step 30 (epoch 0)") == 1  # rank 0's console only
+    assert "Stopped by SIGUSR1 at step 30" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 30
     resumed = run_script("train.py", f"resume={run}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 80

@@ -91,6 +91,11 @@ def _wait(env: dict[str, str], job: str, until: object, timeout: float = 240) ->
     return state
 
 
+def _completing_nodes(env: dict[str, str]) -> list[str]:
+    command = ["sinfo", "-h", "-N", "-t", "completing", "-o", "%N"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=True).stdout.split()
+
+
 def _finished(env: dict[str, str], job: str) -> dict[str, str]:
     state = _wait(env, job, lambda s: s.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
     assert state["JobState"] == "COMPLETED", state
@@ -130,8 +135,10 @@ def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninte
     signal = "SIGTERM" if how == "scontrol requeue" else "SIGUSR1"
     interrupt = ["scontrol", "requeue", job] if signal == "SIGTERM" else ["scancel", "--signal=USR1", job]
     subprocess.run(interrupt, env=slurm, check=True, timeout=30)
-    # SLURM holds a requeued job back for a while (BeginTime); let it start again now.
+    # SLURM holds a requeued job back for a while (BeginTime); let it start again as soon as the nodes
+    # have cleaned up after it (started earlier, its new credential is refused: "credential revoked").
     _wait(slurm, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
+    _wait(slurm, job, lambda s: not _completing_nodes(slurm))
     subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True, timeout=30)
     _finished(slurm, job)
 
@@ -145,3 +152,15 @@ def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninte
     assert [p.name for p in run.parent.iterdir()] == [run.name]  # the same folder, the same job id
     assert _last(run)["global_step"] == 3 * STEPS
     assert_same_weights(_last(uninterrupted), _last(run))
+
+
+def test_two_nodes_of_one_task_each_train_as_one_run(slurm: dict[str, str], tmp_path: Path) -> None:
+    """Two slurmd of this host stand for two machines: trainer.num_nodes=2 follows --nodes=2."""
+    nodes = ("--nodes=2", "--ntasks-per-node=1")
+    job = _sbatch(slurm, tmp_path, "trainer.accelerator=cpu", *DETERMINISTIC[:4], options=nodes)
+    assert _finished(slurm, job)["NumNodes"] == "2"
+    run = tmp_path / "train" / "runs" / f"slurm-{job}"
+    log = (run / "train.log").read_text()
+    assert "trainer.num_nodes=2 trainer.devices=1" in log and "Starting with 2 processes" in log
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (run / "train_ddp_process_1.log").read_text()
+    assert _last(run)["global_step"] == 3 * 30

@@ -13,13 +13,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.accelerators import CPUAccelerator
-from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
 from mnistlab import console, launch, resume
 from mnistlab.checks import InputError, check_devices
-from mnistlab.stopping import SafeStop
 
 log = logging.getLogger(__name__)
 console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydra configured logging
@@ -39,9 +37,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path") or _last_checkpoint(trainer))
     except (DistNetworkError, DistStoreError) as err:
         raise launch.rendezvous_failure(err) from err
-    except SIGTERMException:  # Lightning stopped at a step boundary on SIGTERM (or SIGUSR1: stopping.py)
-        stop = next((c for c in trainer.callbacks if isinstance(c, SafeStop)), SafeStop(_last_path(trainer)))
-        raise stop.stopped(trainer) from None
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
