@@ -5,16 +5,19 @@ and Debian's slurmctld, slurmd, slurm-client and munge, which .ci/run installs. 
 start these tests skip, saying why; in CI (CI=true) they fail.
 """
 
+import json
 import os
 import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from conftest import DETERMINISTIC, ROOT, assert_same_weights
 from conftest import last_checkpoint as _last
@@ -164,3 +167,30 @@ def test_two_nodes_of_one_task_each_train_as_one_run(slurm: dict[str, str], tmp_
     assert "trainer.num_nodes=2 trainer.devices=1" in log and "Starting with 2 processes" in log
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (run / "train_ddp_process_1.log").read_text()
     assert _last(run)["global_step"] == 3 * 30
+
+
+def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_and_survives_a_failed_one(slurm, tmp_path: Path) -> None:
+    """hydra/launcher=slurm with Optuna: 2 jobs x 2 tasks; one diverges. Each job folder: one config, rank 0's
+    train.log, rank 1's own log; the study gets each job's real val/acc_best and records the failure."""
+    command = [
+        *(sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid"),
+        *("hydra.sweeper.direction=maximize", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"),
+        *("strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "model.optimizer.lr=choice(1e-3,1e30)"),
+        *DETERMINISTIC[:4],
+        f"paths.log_dir={tmp_path}",
+    ]
+    result = subprocess.run(command, cwd=ROOT, env=slurm, capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 1, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    jobs = {p.name: p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()}
+    assert len(jobs) == 2
+    good, bad = sorted(jobs.values(), key=lambda job: (job / "failure.txt").exists())
+    for job in (good, bad):
+        assert [p.relative_to(job).as_posix() for p in job.rglob("config.yaml")] == [".hydra/config.yaml"]
+        assert {p.name for p in job.glob("*.log")} == {"train.log", "train_ddp_process_1.log"}
+        assert "GLOBAL_RANK: 1, MEMBER: 2/2" not in (job / "train.log").read_text()
+    best = OmegaConf.load(sweep / "optimization_results.yaml").best_value
+    assert best == json.loads((good / "metrics.json").read_text())["val/acc_best"]
+    assert f"1 of 2 jobs of the sweep in {sweep} failed:" in result.stderr
+    assert "non-finite" in (bad / "failure.txt").read_text()
+    assert "Bypassing sacct error" not in result.stdout + result.stderr
