@@ -34,6 +34,16 @@ DETERMINISTIC = [
     "trainer.deterministic=true",
 ]
 
+# Two trials that draw both values of choice(1e30,1e-3), first 1e-3: the random sampler, seeded. Not the grid
+# sampler: with it, hydra-optuna-sweeper 1.3 crashes ("Study.stop is supposed to be invoked inside an objective
+# function") when the grid's last trial is the one that failed, and the grid's order is random.
+OPTUNA_BOTH_VALUES = [
+    "hydra/sweeper/sampler=random",
+    "hydra.sweeper.sampler.seed=0",
+    "hydra.sweeper.n_trials=2",
+    "hydra.sweeper.direction=maximize",
+]
+
 
 def last_checkpoint(run: Path) -> dict:
     return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import DETERMINISTIC, ROOT, assert_same_weights
+from conftest import DETERMINISTIC, OPTUNA_BOTH_VALUES, ROOT, assert_same_weights
 from conftest import last_checkpoint as _last
 
 pytestmark = pytest.mark.slow
@@ -173,16 +173,9 @@ def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_and_survives_a_failed_one(s
     """hydra/launcher=slurm with Optuna: 2 jobs x 2 tasks; one diverges. Each job folder: one config, rank 0's
     train.log, rank 1's own log; the study gets each job's real val/acc_best and records the failure."""
     command = [
-        *(
-            sys.executable,
-            "train.py",
-            "-m",
-            "hydra/launcher=slurm",
-            "hydra/sweeper=optuna",
-            "hydra/sweeper/sampler=grid",
-        ),
-        *("hydra.sweeper.direction=maximize", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"),
-        *("strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "model.optimizer.lr=choice(1e-3,1e30)"),
+        *(sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hydra/sweeper=optuna", *OPTUNA_BOTH_VALUES),
+        *("hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", "strategy=ddp", "trainer.devices=2"),
+        *("trainer.accelerator=cpu", "model.optimizer.lr=choice(1e30,1e-3)"),
         *DETERMINISTIC[:4],
         f"paths.log_dir={tmp_path}",
     ]
