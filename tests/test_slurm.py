@@ -197,3 +197,30 @@ def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_and_survives_a_failed_one(s
     assert not [
         line for line in result.stdout.splitlines() + result.stderr.splitlines() if any(n in line for n in noise)
     ]
+
+
+def test_a_sweep_job_warned_by_submitit_resumes_from_the_step_the_signal_came(slurm, uninterrupted, tmp_path) -> None:
+    """hydra/launcher=slurm: submitit's time-limit warning (SIGUSR2, sent here with scancel) saves the job at
+    the next step and requeues it; it resumes there and ends with the uninterrupted run's weights."""
+    command = [sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1"]
+    command += ["hydra.launcher.mem_gb=1", "strategy=ddp", "trainer.devices=2", *RUN, f"paths.log_dir={tmp_path}"]
+    sweep = subprocess.Popen(command, cwd=ROOT, env=slurm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job_folder = tmp_path / "train" / "multiruns"
+    deadline = time.monotonic() + 240
+    while not list(job_folder.glob("*/0/checkpoints/last.ckpt")):  # epoch 0 done: training
+        assert time.monotonic() < deadline and sweep.poll() is None
+        time.sleep(0.1)
+    queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm, capture_output=True, text=True, check=True)
+    (job,) = queue.stdout.split()
+    subprocess.run(["scancel", "--signal=USR2", job], env=slurm, check=True, timeout=30)
+    _wait(slurm, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
+    _wait(slurm, job, lambda s: not _completing_nodes(slurm))
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True, timeout=30)
+    assert sweep.wait(timeout=300) == 0
+    (run,) = job_folder.glob("*/0")
+    log = (run / "train.log").read_text()
+    assert re.search(rf"Stopped by SIGUSR2 at step \d+ \(epoch \d\); saved .*SLURM job {job} requeued", log), log[
+        -3000:
+    ]
+    assert f"Restored all states from the checkpoint at {run}/checkpoints/last.ckpt" in log
+    assert_same_weights(_last(uninterrupted), _last(run))

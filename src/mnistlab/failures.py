@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 class RunStopped(Exception):
     """Training stopped between two steps on purpose (a signal, a diverging loss). The message says
-    what happened and what to do; the exit code tells a scheduler the run did not finish."""
+    what happened and what to do; the exit code tells a scheduler the run did not finish (128 + the
+    signal's number for a signal, 1 for a diverging loss)."""
 
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
@@ -44,7 +45,10 @@ def reported() -> Iterator[None]:
     try:
         yield
     except Exception as err:
-        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        # A signal stops the whole process, in a sweep too: the sweep was signalled, or its SLURM job is
+        # requeued (and writes no result, so that submitit waits for the requeued run).
+        signalled = isinstance(err, RunStopped) and err.exit_code > 128
+        if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN and not signalled:
             _record(err)
             return
         if isinstance(err, RunStopped):

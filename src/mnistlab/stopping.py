@@ -1,12 +1,13 @@
 """Stopping a run between two steps, keeping what is worth keeping: on a signal, and when it diverges.
 
-Signals. SIGTERM (what Kubernetes, torchrun, SLURM's preemption and ``scontrol requeue`` send) and
-SIGUSR1 (SLURM's warning before a time limit, ``--signal=USR1@<s>``) stop the run at a step
-boundary: every rank saves ``last.ckpt`` at the same step (mid-epoch: a resumed run goes on from
-that very step), and the run ends with a message saying how to resume and exit code 128 + the
-signal's number, so that a scheduler sees an interrupted run rather than a finished one. In a SLURM
-batch job (``requeue: true``) SIGUSR1 also requeues the job: it comes back under its job id, in its
-folder, and resumes from that step.
+Signals. SIGTERM (what Kubernetes, torchrun, SLURM's preemption and ``scontrol requeue`` send),
+SIGUSR1 (SLURM's warning before a time limit, ``--signal=USR1@<s>``) and SIGUSR2 (submitit's, in
+``hydra/launcher=slurm`` sweeps) stop the run at a step boundary: every rank saves ``last.ckpt`` at
+the same step (mid-epoch: a resumed run goes on from that very step), and the run ends with a
+message saying how to resume and exit code 128 + the signal's number, so that a scheduler sees an
+interrupted run rather than a finished one. In a SLURM batch job (``requeue: true``) SIGUSR1 and
+SIGUSR2 also requeue the job: it comes back under its job id, in its folder, and resumes from that
+step.
 
 Lightning's own handling is replaced, because under DDP it can hang: its SIGTERM handler broadcasts
 from inside the signal handler, and its validation loop stops on each rank's own flag, so ranks
@@ -37,14 +38,17 @@ from lightning.fabric.plugins.environments import SLURMEnvironment
 
 from mnistlab.failures import RunStopped
 
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+# SIGUSR2: submitit's warning before a time limit (hydra/launcher=slurm); submitit's own handler for it
+# requeues the job at once, mid-step, without a checkpoint.
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)  # "time is nearly up": in a SLURM job, requeue it
 
 
 class SafeStop(L.Callback):
     def __init__(self, checkpoint: str, check_every_n_steps: int = 50, requeue: bool = True) -> None:
         self.checkpoint = Path(checkpoint)  # where a signal's stop saves the run's state: its last.ckpt
         self.check_every_n_steps = check_every_n_steps
-        self.requeue = requeue  # in a SLURM batch job, SIGUSR1 requeues it once the checkpoint is saved
+        self.requeue = requeue  # in a SLURM batch job, SIGUSR1/2 requeue it once the checkpoint is saved
         self.signum = 0  # the signal this process received, 0 for none
         self._trainer: L.Trainer | None = None
         self._finite: torch.Tensor | None = None  # all losses since the last check were finite
@@ -96,7 +100,7 @@ class SafeStop(L.Callback):
 
     def _stop(self, trainer: L.Trainer, signum: signal.Signals) -> None:
         """Save the run at this step on every rank, requeue a SLURM job on SIGUSR1, and stop."""
-        requeue = self.requeue and signum == signal.SIGUSR1 and SLURMEnvironment.detect()
+        requeue = self.requeue and signum in WARNINGS and SLURMEnvironment.detect()
         if requeue:  # the requeue SIGTERMs every task of the job: let them finish saving and saying so
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
