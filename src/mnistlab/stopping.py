@@ -84,7 +84,9 @@ class SafeStop(L.Callback):
         # Raising here keeps the file from being written. Signals wait for a step boundary.
         self._check(trainer, pl_module, weights=True, signals=False)
 
-    def _check(self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False, signals: bool = True):
+    def _check(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False, signals: bool = True
+    ) -> None:
         """Agree across ranks, in one all-reduce, whether any diverged or was signalled; stop if so."""
         finite = self._finite if self._finite is not None else torch.ones((), dtype=torch.bool)
         if weights:
@@ -99,7 +101,7 @@ class SafeStop(L.Callback):
         self._checked_at = trainer.global_step
 
     def _stop(self, trainer: L.Trainer, signum: signal.Signals) -> None:
-        """Save the run at this step on every rank, requeue a SLURM job on SIGUSR1, and stop."""
+        """Save the run at this step on every rank, requeue a SLURM job on SIGUSR1/2, and stop."""
         requeue = self.requeue and signum in WARNINGS and SLURMEnvironment.detect()
         if requeue:  # the requeue SIGTERMs every task of the job: let them finish saving and saying so
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
