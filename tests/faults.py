@@ -27,6 +27,10 @@ class SignalAt(L.Callback):
         if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
             os.kill(os.getpid(), self.signal)
 
+    def on_sanity_check_start(self, trainer: L.Trainer, *args: object) -> None:
+        if self.step == -1 and trainer.global_rank == self.rank and trainer.ckpt_path is None:
+            os.kill(os.getpid(), self.signal)  # step -1: before training, during the sanity check
+
 
 class PoisonAt(L.Callback):
     """Turns one weight into NaN as batch ``step`` starts on ``rank``: the run diverges there."""

@@ -66,3 +66,12 @@ def test_a_nan_learning_rate_run_exits_non_zero_with_one_line(tmp_path: Path) ->
     assert "Traceback" not in result.stdout + result.stderr
     (run,) = (tmp_path / "train" / "runs").iterdir()
     assert not list(run.rglob("*.ckpt"))
+
+
+def test_a_signal_before_training_stops_the_run_at_its_first_step(tmp_path: Path) -> None:
+    """SIGUSR1 during the sanity check would end the process (Python's default); it stops at step 1."""
+    early = [*RUN, "+callbacks.signal._target_=faults.SignalAt", "+callbacks.signal.step=-1"]
+    with pytest.raises(RunStopped, match=r"Stopped by SIGUSR1 at step 1 \(epoch 0\); saved"):
+        train(compose_config("train", tmp_path, [*early, "+callbacks.signal.signal=SIGUSR1"]))
+    assert _last(tmp_path)["global_step"] == 1
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # handlers as before the run

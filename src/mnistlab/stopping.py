@@ -54,12 +54,22 @@ class SafeStop(L.Callback):
         self._finite: torch.Tensor | None = None  # all losses since the last check were finite
         self._batches = self._checked_at = 0
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # After Lightning has set its handlers, which it puts back as they were before fit when fit ends;
-        # and with the model on its device.
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.signum, self._trainer = 0, trainer
-        self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A signal from here on stops the run at its first step: SIGUSR1's default action would end the
+        # process, and a SLURM job warned of its time limit would not be requeued.
+        self._handle_signals()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)  # the model is on its device
         self._batches = self._checked_at = 0
+        self._handle_signals()
+
+    def _handle_signals(self) -> None:
+        # After Lightning has set its own handlers, which it puts back as they were before fit when fit
+        # ends: so ours go too.
         for signum in SIGNALS:
             signal.signal(signum, self._on_signal)
 
