@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mnistlab.checks import InputError
+from mnistlab.checks import InputError, indivisible_batch
 
 PAD_LABEL = -100
 """Label of padding rows: torch's default ``ignore_index``, so they count in no loss and no metric."""
@@ -39,10 +39,7 @@ class ShardedOrder:
         seed: int = 0,
     ) -> None:
         if batch_size < 1 or batch_size % world_size:
-            raise InputError(
-                f"data.batch_size={batch_size} is the global batch (all devices of all nodes) and must be a "
-                f"positive multiple of the world size {world_size} (trainer.devices x trainer.num_nodes)"
-            )
+            raise InputError(indivisible_batch(batch_size, world_size))
         assert 0 <= rank < world_size, f"rank {rank} outside world of {world_size}"
         self.num_samples, self.batch_size = num_samples, batch_size
         self.rank, self.world_size = rank, world_size

@@ -9,6 +9,14 @@ class InputError(ValueError):
     """A wrong override, a missing or corrupt file: the user's to fix, so entry points print one line."""
 
 
+def indivisible_batch(batch_size: int, world_size: int) -> str:
+    """What to say of a global batch that the processes cannot share (schema.py, batches.py)."""
+    return (
+        f"data.batch_size={batch_size} is the global batch (all devices of all nodes) and must be a multiple "
+        f"of the world size {world_size} (trainer.devices x trainer.num_nodes), at least {world_size}"
+    )
+
+
 def check_devices(cfg: DictConfig) -> None:
     """Refuse GPU-only settings on a machine without a GPU, before any process starts."""
     import torch  # here: this module is imported before the config is checked, and torch takes seconds

@@ -1,7 +1,7 @@
 """The one place that decides what reaches the console: global rank 0's records, without the noise.
 
 Every module logs with plain ``logging``; Hydra's job logging (``conf/hydra/default.yaml``) puts
-this filter on the console handler only, so each rank still writes its own log file.
+these filters on the console handler only, so each rank still writes its whole log file.
 """
 
 import logging

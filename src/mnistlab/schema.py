@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mnistlab.checks import InputError
+from mnistlab.checks import InputError, indivisible_batch
 
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
@@ -181,10 +181,7 @@ class TrainConfig(Run):
         devices, nodes = self.trainer.devices, self.trainer.num_nodes
         world = (len(devices) if isinstance(devices, list) else devices) * nodes if devices not in ("auto", -1) else 1
         if self.data.batch_size % world:
-            raise ValueError(
-                f"data.batch_size={self.data.batch_size} is the global batch (all devices of all nodes) and must "
-                f"be a multiple of the world size {world} (trainer.devices x trainer.num_nodes)"
-            )
+            raise ValueError(indivisible_batch(self.data.batch_size, world))
         return self
 
 

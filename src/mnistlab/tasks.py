@@ -130,17 +130,12 @@ def _last_checkpoint(trainer: L.Trainer) -> str | None:
     has one: a requeued or restarted job resumes from it."""
     if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
-    last = _last_path(trainer)
-    if not last.is_file():
+    callback = trainer.checkpoint_callback
+    last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
+    if last is None or not last.is_file():
         return None
     log.info("Resuming from %s, this run folder's last checkpoint", last)
     return str(last)
-
-
-def _last_path(trainer: L.Trainer) -> Path:
-    callback = trainer.checkpoint_callback
-    folder = Path(callback.dirpath) if callback and callback.dirpath else Path(trainer.default_root_dir) / "checkpoints"
-    return folder / "last.ckpt"
 
 
 def _load_checkpoint(path: Path) -> dict[str, Any]:
