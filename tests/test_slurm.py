@@ -99,9 +99,21 @@ def _completing_nodes(env: dict[str, str]) -> list[str]:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=True).stdout.split()
 
 
-def _finished(env: dict[str, str], job: str) -> dict[str, str]:
+def _start_requeued(env: dict[str, str], job: str) -> None:
+    """SLURM holds a requeued job back for a while (BeginTime); start it again soon, but only once the
+    nodes have cleaned up after it and in a later second than its kill: slurmd refuses a credential
+    made in the second it revoked the job's old one ("Job credential revoked"; seen in CI)."""
+    _wait(env, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
+    _wait(env, job, lambda s: not _completing_nodes(env))
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], env=env, check=True, timeout=30)
+
+
+def _finished(env: dict[str, str], job: str, out: Path) -> dict[str, str]:
+    """Wait for the job's end; if it did not complete, show what it printed (the job's output file)."""
     state = _wait(env, job, lambda s: s.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
-    assert state["JobState"] == "COMPLETED", state
+    printed = out / f"slurm-{job}.out"
+    tail = printed.read_text()[-4000:] if printed.is_file() else "(no output file)"
+    assert state["JobState"] == "COMPLETED", f"{state['JobState']} ({state.get('Reason')}):\n{tail}"
     return state
 
 
@@ -109,7 +121,7 @@ def _finished(env: dict[str, str], job: str) -> dict[str, str]:
 def uninterrupted(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted")
     job = _sbatch(slurm, out, *RUN)
-    _finished(slurm, job)
+    _finished(slurm, job, out)
     return out / "train" / "runs" / f"slurm-{job}"
 
 
@@ -138,19 +150,15 @@ def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninte
     signal = "SIGTERM" if how == "scontrol requeue" else "SIGUSR1"
     interrupt = ["scontrol", "requeue", job] if signal == "SIGTERM" else ["scancel", "--signal=USR1", job]
     subprocess.run(interrupt, env=slurm, check=True, timeout=30)
-    # SLURM holds a requeued job back for a while (BeginTime); let it start again as soon as the nodes
-    # have cleaned up after it (started earlier, its new credential is refused: "credential revoked").
-    _wait(slurm, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
-    _wait(slurm, job, lambda s: not _completing_nodes(slurm))
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True, timeout=30)
-    _finished(slurm, job)
+    _start_requeued(slurm, job)
+    _finished(slurm, job, tmp_path)
 
     log = (run / "train.log").read_text()
     stop = re.search(rf"Stopped by {signal} at step (\d+) \(epoch \d\); saved {run}/checkpoints/last.ckpt", log)
     assert stop, log[-3000:]
     assert int(stop[1]) % STEPS, "saved where the signal came, not at an epoch end"
     if signal == "SIGUSR1":
-        assert f"SLURM job {job} requeued: it resumes from there" in log
+        assert f"Requeuing SLURM job {job}: it resumes from there" in log
     assert f"Restored all states from the checkpoint at {run}/checkpoints/last.ckpt" in log
     assert [p.name for p in run.parent.iterdir()] == [run.name]  # the same folder, the same job id
     assert _last(run)["global_step"] == 3 * STEPS
@@ -161,7 +169,7 @@ def test_two_nodes_of_one_task_each_train_as_one_run(slurm: dict[str, str], tmp_
     """Two slurmd of this host stand for two machines: trainer.num_nodes=2 follows --nodes=2."""
     nodes = ("--nodes=2", "--ntasks-per-node=1")
     job = _sbatch(slurm, tmp_path, "trainer.accelerator=cpu", *DETERMINISTIC[:4], options=nodes)
-    assert _finished(slurm, job)["NumNodes"] == "2"
+    assert _finished(slurm, job, tmp_path)["NumNodes"] == "2"
     run = tmp_path / "train" / "runs" / f"slurm-{job}"
     log = (run / "train.log").read_text()
     assert "trainer.num_nodes=2 trainer.devices=1" in log and "Starting with 2 processes" in log
@@ -213,13 +221,11 @@ def test_a_sweep_job_warned_by_submitit_resumes_from_the_step_the_signal_came(sl
     queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm, capture_output=True, text=True, check=True)
     (job,) = queue.stdout.split()
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm, check=True, timeout=30)
-    _wait(slurm, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
-    _wait(slurm, job, lambda s: not _completing_nodes(slurm))
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], env=slurm, check=True, timeout=30)
+    _start_requeued(slurm, job)
     assert sweep.wait(timeout=300) == 0
     (run,) = job_folder.glob("*/0")
     log = (run / "train.log").read_text()
-    assert re.search(rf"Stopped by SIGUSR2 at step \d+ \(epoch \d\); saved .*SLURM job {job} requeued", log), log[
+    assert re.search(rf"Stopped by SIGUSR2 at step \d+ \(epoch \d\); saved .*Requeuing SLURM job {job}:", log), log[
         -3000:
     ]
     assert f"Restored all states from the checkpoint at {run}/checkpoints/last.ckpt" in log

@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,13 @@ log = logging.getLogger(__name__)
 class RunStopped(Exception):
     """Training stopped between two steps on purpose (a signal, a diverging loss). The message says
     what happened and what to do; the exit code tells a scheduler the run did not finish (128 + the
-    signal's number for a signal, 1 for a diverging loss)."""
+    signal's number for a signal, 1 for a diverging loss). ``then`` runs once the message is logged:
+    a SLURM requeue kills the job's tasks at once, so it must come last."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, then: Callable[[], None] | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.then = then
 
 
 @contextmanager
@@ -53,6 +55,8 @@ def reported() -> Iterator[None]:
             return
         if isinstance(err, RunStopped):
             log.error("%s", err)  # through logging: the console shows rank 0's alone
+            if err.then is not None:
+                err.then()
             raise SystemExit(err.exit_code) from None
         if isinstance(err, InputError):
             _discard_unused_run_folder()

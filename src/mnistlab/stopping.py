@@ -24,10 +24,12 @@ any checkpoint is written: all ranks stop together, and no checkpoint of non-fin
 ever written, so the last good ``last.ckpt`` and best checkpoint stay as they were.
 """
 
+import logging
 import os
 import signal
 import subprocess
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,6 +44,7 @@ from mnistlab.failures import RunStopped
 # requeues the job at once, mid-step, without a checkpoint.
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)  # "time is nearly up": in a SLURM job, requeue it
+log = logging.getLogger(__name__)
 
 
 class SafeStop(L.Callback):
@@ -116,14 +119,16 @@ class SafeStop(L.Callback):
         if requeue:  # the requeue SIGTERMs every task of the job: let them finish saving and saying so
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
-        requeued = requeue and trainer.is_global_zero and _requeue_slurm_job()
+        requeue = requeue and trainer.is_global_zero
         then = (
-            f"SLURM job {os.environ.get('SLURM_JOB_ID')} requeued: it resumes from there"
-            if requeued
+            f"Requeuing SLURM job {os.environ.get('SLURM_JOB_ID')}: it resumes from there"
+            if requeue
             else f"Continue with: python train.py resume={trainer.default_root_dir}"
         )
         where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
-        raise RunStopped(f"Stopped by {signum.name} at {where}; saved {self.checkpoint}. {then}", 128 + signum)
+        message = f"Stopped by {signum.name} at {where}; saved {self.checkpoint}. {then}"
+        resume = partial(_requeue_slurm_job, trainer.default_root_dir) if requeue else None
+        raise RunStopped(message, 128 + signum, then=resume)
 
     def _diverged(self, trainer: L.Trainer) -> RunStopped:
         group = trainer.optimizers[0].param_groups[0] if trainer.optimizers else {"lr": float("nan")}
@@ -137,8 +142,15 @@ class SafeStop(L.Callback):
         )
 
 
-def _requeue_slurm_job() -> bool:
+def _requeue_slurm_job(run: str) -> None:
     """Requeue this SLURM batch job (SLURMEnvironment.detect: not an interactive allocation)."""
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
     job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
-    return subprocess.run(["scontrol", "requeue", job], check=False).returncode == 0
+    refused = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+    if refused.returncode:
+        log.error(
+            "SLURM refused to requeue job %s (%s). Continue with: python train.py resume=%s",
+            job,
+            refused.stderr.strip(),
+            run,
+        )
