@@ -7,7 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import failures, launch, resume, schema
+from mnistlab import failures, launch, resume, schema, signals
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
@@ -24,6 +24,7 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    signals.listen()  # from now on a stop signal waits for the first step (where SafeStop saves the run)
     with failures.reported():
         sys.argv = resume.expand(sys.argv)  # resume=<run folder>: that run's own overrides, then these
     sys.argv += launch.join_external_launch()  # under torchrun: one run folder for all ranks

@@ -6,6 +6,7 @@ start these tests skip, saying why; in CI (CI=true) they fail.
 """
 
 import json
+import math
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -99,13 +101,15 @@ def _completing_nodes(env: dict[str, str]) -> list[str]:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=30, check=True).stdout.split()
 
 
-def _start_requeued(env: dict[str, str], job: str) -> None:
+def _start_requeued(env: dict[str, str], job: str, *changes: str) -> None:
     """SLURM holds a requeued job back for a while (BeginTime); start it again soon, but only once the
     nodes have cleaned up after it and in a later second than its kill: slurmd refuses a credential
     made in the second it revoked the job's old one ("Job credential revoked"; seen in CI)."""
     _wait(env, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
     _wait(env, job, lambda s: not _completing_nodes(env))
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], env=env, check=True, timeout=30)
+    time.sleep(1.1)  # (StartTime=now+1 would wait for the backfill scheduler: up to 30 s)
+    update = ["scontrol", "update", f"JobId={job}", "StartTime=now", *changes]
+    subprocess.run(update, env=env, check=True, timeout=30)
 
 
 def _finished(env: dict[str, str], job: str, out: Path) -> dict[str, str]:
@@ -139,21 +143,37 @@ def test_sbatch_and_srun_run_one_ddp_run_in_one_folder(slurm: dict[str, str], un
     assert _last(run)["global_step"] == 3 * STEPS
 
 
-@pytest.mark.parametrize("how", ["scontrol requeue", "SIGUSR1"])
+def _next_time_limit_check(env: dict[str, str]) -> float:
+    """When slurmctld next checks time limits, and sends the --signal warnings due: every 30 s (its
+    PERIODIC_TIMEOUT) from its start, logged at debug2 (the cluster's log level)."""
+    log = (Path(env["SLURM_CONF"]).parent / "log" / "slurmctld.log").read_text()
+    pattern = r"^\[([^\]]+)\] (?:debug2: Testing job time limits|slurmctld version)"  # its start: the first
+    checked = datetime.fromisoformat(re.findall(pattern, log, re.MULTILINE)[-1]).timestamp()
+    return checked + 30 * math.ceil((time.time() - checked) / 30)
+
+
+@pytest.mark.parametrize("how", ["scontrol requeue", "time limit"])
 def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninterrupted, tmp_path) -> None:
-    """Preempted (``scontrol requeue``: SIGTERM) or warned of its time limit (``--signal=USR1@<s>``,
-    delivered here at once with ``scancel --signal=USR1``): the job saves at the next step, comes
-    back under its job id, resumes from that step and ends with the uninterrupted run's weights."""
-    job = _sbatch(slurm, tmp_path, *RUN)
+    """Preempted (``scontrol requeue``: SIGTERM, mid-epoch 1) or warned of its time limit (``--time=1
+    --signal=USR1@59``: SLURM sends the warning at its first time-limit check, here about 5 s after the start,
+    while the tasks import or set up; they act on it at the first step the ranks agree on): the job saves,
+    comes back under its job id, resumes from that step and ends with the uninterrupted run's weights."""
+    if how == "time limit":
+        while (start := _next_time_limit_check(slurm) - 5) < time.time() + 1:
+            time.sleep(6)  # the next check is too close: wait for the one after
+        time.sleep(start - time.time())
+        job = _sbatch(slurm, tmp_path, *RUN, options=("--time=1", "--signal=USR1@59"))
+    else:
+        job = _sbatch(slurm, tmp_path, *RUN)
     run = tmp_path / "train" / "runs" / f"slurm-{job}"
-    _wait(slurm, job, lambda s: (run / "checkpoints" / "last.ckpt").is_file())  # epoch 0 done: training
-    signal = "SIGTERM" if how == "scontrol requeue" else "SIGUSR1"
-    interrupt = ["scontrol", "requeue", job] if signal == "SIGTERM" else ["scancel", "--signal=USR1", job]
-    subprocess.run(interrupt, env=slurm, check=True, timeout=30)
-    _start_requeued(slurm, job)
+    if how == "scontrol requeue":
+        _wait(slurm, job, lambda s: (run / "checkpoints" / "last.ckpt").is_file())  # epoch 0 done: training
+        subprocess.run(["scontrol", "requeue", job], env=slurm, check=True, timeout=30)
+    _start_requeued(slurm, job, "TimeLimit=10")  # no second warning
     _finished(slurm, job, tmp_path)
 
     log = (run / "train.log").read_text()
+    signal = "SIGTERM" if how == "scontrol requeue" else "SIGUSR1"
     stop = re.search(rf"Stopped by {signal} at step (\d+) \(epoch \d\); saved {run}/checkpoints/last.ckpt", log)
     assert stop, log[-3000:]
     assert int(stop[1]) % STEPS, "saved where the signal came, not at an epoch end"

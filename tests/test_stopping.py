@@ -1,6 +1,10 @@
 """Runs that are signalled or diverge stop between two steps, keep what is good and say what to do."""
 
+import re
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -8,7 +12,7 @@ import pytest
 from mnistlab.failures import RunStopped
 from mnistlab.tasks import train
 
-from conftest import DETERMINISTIC, assert_same_weights, compose_config, run_script
+from conftest import DETERMINISTIC, ROOT, assert_same_weights, compose_config, run_script
 from conftest import last_checkpoint as _last
 
 # last.ckpt every 10 steps; the loss checked every 25.
@@ -75,3 +79,47 @@ def test_a_signal_before_training_stops_the_run_at_its_first_step(tmp_path: Path
         train(compose_config("train", tmp_path, [*early, "+callbacks.signal.signal=SIGUSR1"]))
     assert _last(tmp_path)["global_step"] == 1
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # handlers as before the run
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """The process has a handler for the signal (the caught-signals mask Linux shows in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+def _signalled_while_importing(tmp_path: Path, *overrides: str) -> tuple[int, str]:
+    """Run train.py, send it SIGUSR1 while it still imports torch; its exit status and output."""
+    command = [sys.executable, str(ROOT / "train.py"), *RUN, "trainer.accelerator=cpu", f"paths.log_dir={tmp_path}"]
+    run = subprocess.Popen(
+        [*command, *overrides], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.monotonic() + 30
+    while not _catches(run.pid, signal.SIGUSR1):  # train.py listens before it imports torch
+        assert time.monotonic() < deadline and run.poll() is None
+        time.sleep(0.01)
+    assert "torch" not in Path(f"/proc/{run.pid}/maps").read_text()  # still before its import
+    run.send_signal(signal.SIGUSR1)
+    output, _ = run.communicate(timeout=120)
+    return run.returncode, output
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the signal mask in /proc (Linux)")
+def test_a_signal_while_the_process_still_imports_stops_the_run_at_its_first_step(tmp_path: Path) -> None:
+    """SLURM's warning can come at any time: during the seconds it takes to import torch, too."""
+    exit_code, output = _signalled_while_importing(tmp_path)
+    assert exit_code == 128 + signal.SIGUSR1, output
+    assert re.search(
+        r"Stopped by SIGUSR1 at step 1 \(epoch 0\); saved .*Continue with: python train.py resume=", output
+    )
+    (folder,) = (tmp_path / "train" / "runs").iterdir()
+    assert _last(folder)["global_step"] == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the signal mask in /proc (Linux)")
+def test_without_safe_stop_a_signal_ends_the_process_as_it_would_anyway(tmp_path: Path) -> None:
+    """Nothing would act on the noted signal: it gets its default action once the trainer is built."""
+    exit_code, output = _signalled_while_importing(tmp_path, "callbacks.safe_stop=null")
+    assert exit_code == -signal.SIGUSR1, output[-2000:]
+    (folder,) = (tmp_path / "train" / "runs").iterdir()
+    assert not list(folder.rglob("*.ckpt"))

@@ -1,8 +1,7 @@
 """Stopping a run between two steps, keeping what is worth keeping: on a signal, and when it diverges.
 
-Signals. SIGTERM (what Kubernetes, torchrun, SLURM's preemption and ``scontrol requeue`` send),
-SIGUSR1 (SLURM's warning before a time limit, ``--signal=USR1@<s>``) and SIGUSR2 (submitit's, in
-``hydra/launcher=slurm`` sweeps) stop the run at a step boundary: every rank saves ``last.ckpt`` at
+Signals. SIGTERM, SIGUSR1 and SIGUSR2 (see :mod:`mnistlab.signals`, which notes them from the
+process's start) stop the run at a step boundary: every rank saves ``last.ckpt`` at
 the same step (mid-epoch: a resumed run goes on from that very step), and the run ends with a
 message saying how to resume and exit code 128 + the signal's number, so that a scheduler sees an
 interrupted run rather than a finished one. In a SLURM batch job (``requeue: true``) SIGUSR1 and
@@ -31,19 +30,15 @@ import subprocess
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
+from mnistlab import signals
 from mnistlab.failures import RunStopped
 
-# SIGUSR2: submitit's warning before a time limit (hydra/launcher=slurm); submitit's own handler for it
-# requeues the job at once, mid-step, without a checkpoint.
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)  # "time is nearly up": in a SLURM job, requeue it
 log = logging.getLogger(__name__)
 
 
@@ -52,41 +47,32 @@ class SafeStop(L.Callback):
         self.checkpoint = Path(checkpoint)  # where a signal's stop saves the run's state: its last.ckpt
         self.check_every_n_steps = check_every_n_steps
         self.requeue = requeue  # in a SLURM batch job, SIGUSR1/2 requeue it once the checkpoint is saved
-        self.signum = 0  # the signal this process received, 0 for none
         self._trainer: L.Trainer | None = None
         self._finite: torch.Tensor | None = None  # all losses since the last check were finite
         self._batches = self._checked_at = 0
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.signum, self._trainer = 0, trainer
+        self._trainer = trainer
 
     def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # A signal from here on stops the run at its first step: SIGUSR1's default action would end the
-        # process, and a SLURM job warned of its time limit would not be requeued.
-        self._handle_signals()
+        # Lightning has set its handlers: ours again (the entry point's noted any signal before this one).
+        signals.listen(forward=self._forward)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._finite = torch.ones((), dtype=torch.bool, device=pl_module.device)  # the model is on its device
         self._batches = self._checked_at = 0
-        self._handle_signals()
+        signals.listen(forward=self._forward)  # Lightning puts back the handlers it found when fit ends
 
-    def _handle_signals(self) -> None:
-        # After Lightning has set its own handlers, which it puts back as they were before fit when fit
-        # ends: so ours go too.
-        for signum in SIGNALS:
-            signal.signal(signum, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if not self.signum and self._trainer.strategy.launcher is not None:
+    def _forward(self, signum: int) -> None:
+        if self._trainer.strategy.launcher is not None:
             self._trainer.strategy.launcher.kill(signum)  # the ranks Lightning started itself get it too
-        self.signum = self.signum or signum
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None:
             self._finite.logical_and_(torch.isfinite(loss))  # stays on the device: no sync
         self._batches += 1
-        if self._batches % self.check_every_n_steps == 0 or (self.signum and trainer.world_size == 1):
+        if self._batches % self.check_every_n_steps == 0 or (signals.received() and trainer.world_size == 1):
             self._check(trainer, pl_module)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -95,27 +81,28 @@ class SafeStop(L.Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         # Raising here keeps the file from being written. Signals wait for a step boundary.
-        self._check(trainer, pl_module, weights=True, signals=False)
+        self._check(trainer, pl_module, weights=True, stop_on_signal=False)
 
     def _check(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False, signals: bool = True
+        self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False, stop_on_signal: bool = True
     ) -> None:
         """Agree across ranks, in one all-reduce, whether any diverged or was signalled; stop if so."""
         finite = self._finite if self._finite is not None else torch.ones((), dtype=torch.bool)
         if weights:
             finite = finite & torch.stack([p.isfinite().all() for p in pl_module.parameters()]).all()
-        flags = torch.stack([finite.logical_not().long(), torch.tensor(self.signum, device=finite.device)])
+        flags = torch.stack([finite.logical_not().long(), torch.tensor(signals.received(), device=finite.device)])
         diverged, signum = trainer.strategy.reduce(flags, reduce_op="max").tolist()  # the one host sync
         if diverged:
             raise self._diverged(trainer)
-        if signum and signals:
+        if signum and stop_on_signal:
             self._stop(trainer, signal.Signals(signum))
         self._finite = finite.fill_(True) if self._finite is not None else None
         self._checked_at = trainer.global_step
 
     def _stop(self, trainer: L.Trainer, signum: signal.Signals) -> None:
         """Save the run at this step on every rank, requeue a SLURM job on SIGUSR1/2, and stop."""
-        requeue = self.requeue and signum in WARNINGS and SLURMEnvironment.detect()
+        signals.acted_on()
+        requeue = self.requeue and signum in signals.WARNINGS and SLURMEnvironment.detect()
         if requeue:  # the requeue SIGTERMs every task of the job: let them finish saving and saying so
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes

@@ -16,8 +16,9 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import console, launch, resume
+from mnistlab import console, launch, resume, signals
 from mnistlab.checks import InputError, check_devices
+from mnistlab.stopping import SafeStop
 
 log = logging.getLogger(__name__)
 console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydra configured logging
@@ -33,10 +34,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule, model, trainer = _build(cfg)
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
+    if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):
+        signals.release()  # nothing would act on a stop signal the entry point notes
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path") or _last_checkpoint(trainer))
     except (DistNetworkError, DistStoreError) as err:
         raise launch.rendezvous_failure(err) from err
+    signals.release()  # trained and saved: testing stops at a signal, as any program
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
