@@ -1,5 +1,11 @@
 """A sweep survives its failed jobs: the others run, the failures are listed, the exit is non-zero."""
 
+import csv
+import json
+import re
+from pathlib import Path
+
+import optuna
 import pytest
 from omegaconf import OmegaConf
 
@@ -45,3 +51,50 @@ def test_an_optuna_trial_that_fails_is_recorded_as_failed_and_the_study_goes_on(
     best = OmegaConf.load(sweep / "optimization_results.yaml")
     assert best.best_params["model.optimizer.lr"] == 1e-3 and best.best_value > 0.5
     assert f"1 of 2 jobs of the sweep in {sweep} failed:" in result.stderr
+
+
+def _summary(sweep: Path) -> list[dict[str, str]]:
+    with (sweep / "summary.csv").open() as file:
+        return list(csv.DictReader(file))
+
+
+def test_a_sweep_ends_with_a_table_of_its_jobs_and_the_best_one(tmp_path) -> None:
+    result = run_script(
+        "train.py", "-m", "model.optimizer.lr=1e-3,1e30", *SHORT, "logger=none", f"paths.log_dir={tmp_path}"
+    )
+    assert result.returncode == 1
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    rows = _summary(sweep)
+    assert [(r["job"], r["model.optimizer.lr"], r["status"]) for r in rows] == [
+        ("0", "0.001", "ok"),
+        ("1", "1e+30", "failed"),
+    ]
+    metric = json.loads((sweep / "0" / "metrics.json").read_text())["val/acc_best"]
+    assert float(rows[0]["val/acc_best"]) == pytest.approx(metric, rel=1e-5) and rows[1]["val/acc_best"] == ""
+    assert re.search(r"│\s+0 │ 0.001\s+│\s+0\.\d+ │ ok", result.stdout)  # the table, printed
+    assert f"Best: job 0, val/acc_best={metric:.6g}: {sweep / '0'}" in result.stdout
+
+
+def test_hparams_search_stores_its_optuna_study_and_the_same_command_continues_it(tmp_path) -> None:
+    search = ["-m", "hparams_search=mnist_optuna", "hydra.sweeper.n_trials=2", *SHORT, "logger=none"]
+    for _ in range(2):
+        result = run_script("train.py", *search, f"paths.log_dir={tmp_path}")
+        assert result.returncode == 0, result.stderr[-3000:]
+    study = optuna.load_study(study_name="mnist_optuna", storage=f"sqlite:///{tmp_path}/train/multiruns/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4  # the second command added to the first's
+    sweeps = sorted(p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
+    values = [float(row["val/acc_best"]) for sweep in sweeps for row in _summary(sweep)]
+    assert [t.value for t in study.trials] == pytest.approx(values, rel=1e-5)  # each trial got its job's metric
+    assert set(study.trials[0].params) == {"model.optimizer.lr", "data.batch_size", "model.net.hidden"}
+
+
+def test_hparams_search_trials_run_as_ddp_jobs(tmp_path) -> None:
+    search = ["-m", "hparams_search=mnist_optuna", "hydra.sweeper.n_trials=1", "strategy=ddp", "trainer.devices=2"]
+    result = run_script(
+        "train.py", *search, "trainer.accelerator=cpu", *SHORT, "logger=none", f"paths.log_dir={tmp_path}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
+    assert "Starting with 2 processes" in (sweep / "0" / "train_ddp_process_0.log").read_text()
+    (row,) = _summary(sweep)
+    assert row["status"] == "ok"

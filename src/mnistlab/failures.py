@@ -4,14 +4,13 @@ job's folder, the other jobs going on, and one line per failed job when the swee
 Hydra's launchers run every job of a sweep even when one raises, but then the sweeper re-raises
 the first failure only, with a traceback, and Optuna's stops the study unless failures are allowed.
 So a failed job returns None instead (Optuna records the trial as failed and goes on), and its
-reason waits in ``failure.txt`` for :class:`SweepReport`, which reads it back from the job folders:
+reason waits in ``failure.txt`` for :class:`mnistlab.sweep_summary.SweepSummary`, which reads it back from the job folders:
 the only place every launcher (basic, joblib workers, SLURM jobs) shares with the sweep's process.
 """
 
 import logging
 import os
 import shutil
-import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mnistlab.checks import InputError
 
@@ -108,23 +107,3 @@ def _check_writable(folder: Path) -> None:
             f"Error: cannot write the output folder {folder} ({err.strerror}); point paths.log_dir at a folder "
             "you can write to"
         ) from None
-
-
-class SweepReport(Callback):
-    """At the end of a sweep: one line per failed job, and a non-zero exit when any failed."""
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep = Path(config.hydra.sweep.dir)
-        jobs = [p.parent.parent for p in sweep.rglob(".hydra/overrides.yaml")]
-        failed = sorted((job for job in jobs if (job / FAILURE_FILE).is_file()), key=lambda p: str(p))
-        if not failed:
-            return
-        overrides = {job: OmegaConf.load(job / ".hydra" / "overrides.yaml") for job in jobs}
-        shared = set.intersection(*(set(o) for o in overrides.values()))  # show what tells the jobs apart
-        lines = [f"{len(failed)} of {len(jobs)} jobs of the sweep in {sweep} failed:"]
-        for job in failed:
-            own = " ".join(o for o in overrides[job] if o not in shared)
-            reason = (job / FAILURE_FILE).read_text().partition("\n")[0]
-            lines.append(f"  {job.relative_to(sweep)} ({own}): {reason}")
-        print("\n".join(lines), file=sys.stderr)
-        raise SystemExit(1)

@@ -175,6 +175,7 @@ class TrainConfig(Run):
     resume: str | None = None
     test: bool
     optimized_metric: str | None
+    optimized_direction: Literal["maximize", "minimize"] = "maximize"
 
     @model_validator(mode="after")
     def _batch_divides_into_processes(self) -> "TrainConfig":
