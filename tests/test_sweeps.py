@@ -2,12 +2,17 @@
 
 import csv
 import json
+import multiprocessing
+import queue
 import re
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 from omegaconf import OmegaConf
+
+from mnistlab import parallel
 
 from conftest import OPTUNA_BOTH_VALUES, SHORT, run_script
 
@@ -98,3 +103,41 @@ def test_hparams_search_trials_run_as_ddp_jobs(tmp_path) -> None:
     assert "Starting with 2 processes" in (sweep / "0" / "train_ddp_process_0.log").read_text()
     (row,) = _summary(sweep)
     assert row["status"] == "ok"
+
+
+def test_parallel_jobs_run_side_by_side_and_end_in_one_table(tmp_path) -> None:
+    lrs = "model.optimizer.lr=1e-3,3e-3,1e-2"
+    result = run_script(
+        "train.py", "-m", "hydra/launcher=parallel", lrs, *SHORT, "logger=none", f"paths.log_dir={tmp_path}"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    assert [row["status"] for row in _summary(sweep)] == ["ok"] * 3
+    assert "Joblib.Parallel(n_jobs=2" in result.stdout  # two worker processes
+
+
+def _hold_a_gpu(job: int, folder: Path, held: multiprocessing.Queue, release: Any) -> None:
+    with parallel.claim(folder, count=2, poll_s=0.05) as gpu:
+        held.put((job, gpu))
+        release.wait(30)
+
+
+def test_each_parallel_job_holds_a_gpu_no_other_job_holds(tmp_path) -> None:
+    """Three jobs, two GPUs: the first two get one each, the third waits and gets the one given back."""
+    spawn = multiprocessing.get_context("spawn")
+    held, release = spawn.Queue(), [spawn.Event() for _ in range(3)]
+    jobs = [spawn.Process(target=_hold_a_gpu, args=(i, tmp_path, held, release[i])) for i in range(3)]
+    for job in jobs[:2]:
+        job.start()
+    gpus = dict([held.get(timeout=30), held.get(timeout=30)])
+    assert sorted(gpus.values()) == [0, 1]
+    jobs[2].start()
+    with pytest.raises(queue.Empty):
+        held.get(timeout=1)  # both taken: the third waits
+    release[1].set()  # the second job ends
+    assert held.get(timeout=30) == (2, gpus[1])
+    for event in release:
+        event.set()
+    for job in jobs:
+        job.join(timeout=30)
+        assert job.exitcode == 0
