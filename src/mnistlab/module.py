@@ -77,19 +77,20 @@ class Classifier(L.LightningModule):
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics)
 
-    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics)
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self._evaluate(batch, self.test_metrics)  # the logits, for callbacks (pictures.TestPictures)
 
     def predict_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self(batch[0]).argmax(dim=1)
 
-    def _evaluate(self, batch: tuple[Tensor, Tensor], metrics: nn.ModuleDict) -> None:
+    def _evaluate(self, batch: tuple[Tensor, Tensor], metrics: nn.ModuleDict) -> Tensor:
         x, y = batch
         logits = self.net(x)
         real = y != PAD_LABEL
         metrics["loss"].update(F.cross_entropy(logits, y, reduction="none"), weight=real)
         metrics["acc"].update(logits, y)
         metrics["samples"].update(real.sum())
+        return logits
 
     def on_train_start(self) -> None:  # also when resuming mid-epoch, unlike on_train_epoch_start
         self.train_sums = torch.zeros((), device=self.device), torch.zeros((), dtype=torch.long, device=self.device)

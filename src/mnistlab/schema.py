@@ -136,6 +136,12 @@ class SafeStop(Target):
     requeue: bool = True
 
 
+class TestPictures(Target):
+    num_classes: Positive
+    misclassified: NonNegative
+    png_dir: str | None
+
+
 class Callbacks(Node):
     model_config = ConfigDict(extra="allow")  # a callback of your own: its class checks its arguments
     __pydantic_extra__: dict[str, Target | None]
@@ -143,6 +149,7 @@ class Callbacks(Node):
     last_checkpoint: Checkpoint | None = None
     early_stopping: EarlyStopping | None = None
     safe_stop: SafeStop | None = None
+    test_pictures: TestPictures | None = None
     lr_monitor: Target | None = None
     progress_bar: Target | None = None
     model_summary: Target | None = None
@@ -160,6 +167,7 @@ class Run(Node):
 
     task_name: str
     seed: int
+    print_config: bool = True
     float32_matmul_precision: Literal["highest", "high", "medium"]
     data: Data
     model: Model

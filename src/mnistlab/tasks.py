@@ -16,7 +16,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import console, launch, resume, signals
+from mnistlab import config_tree, console, launch, resume, signals
 from mnistlab.checks import InputError, check_devices
 from mnistlab.stopping import SafeStop
 
@@ -30,6 +30,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     launch.check_environment()
     if launch.is_distributed_sweep_job(cfg):
         return launch.run_job_in_fresh_processes()
+    if cfg.get("print_config"):
+        config_tree.show(cfg, Path(cfg.paths.output_dir))
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
     _log_overrides(cfg)
@@ -60,6 +62,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = _load_checkpoint(Path(cfg.ckpt_path))
+    if cfg.get("print_config"):
+        config_tree.show(cfg, Path(cfg.paths.output_dir))
     datamodule, model, trainer = _build(cfg)
     try:
         model.load_state_dict(checkpoint["state_dict"])

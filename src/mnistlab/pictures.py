@@ -1,0 +1,89 @@
+"""What a test leaves to look at rather than read: in TensorBoard, the confusion matrix, a grid of
+misclassified test digits labelled with prediction and truth, and the run's hyperparameters with its
+final metrics in the HPARAMS view (the runs of a sweep side by side); optionally the confusion matrix
+as a PNG file (``eval.py`` writes one in its folder).
+
+The confusion matrix is a torchmetrics metric: each rank counts its share, ``compute`` adds them up.
+The misclassified digits are global rank 0's first ones: a sample to look at, not a statistic.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import matplotlib
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities import rank_zero_only
+from torchmetrics.classification import MulticlassConfusionMatrix
+
+from mnistlab.batches import PAD_LABEL
+
+matplotlib.use("Agg")  # figures are files and TensorBoard images: no window, no display needed
+import matplotlib.pyplot as plt
+
+
+class TestPictures(L.Callback):
+    def __init__(self, num_classes: int = 10, misclassified: int = 32, png_dir: str | None = None) -> None:
+        self.num_classes = num_classes
+        self.misclassified = misclassified  # digits shown in the grid
+        self.png_dir = Path(png_dir) if png_dir else None  # where confusion_matrix.png goes; None: nowhere
+        self._matrix: MulticlassConfusionMatrix | None = None
+        self._wrong: list[tuple[torch.Tensor, int, int]] = []  # (image, predicted, true)
+        self._fit_metrics: dict[str, float] = {}
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        matrix = MulticlassConfusionMatrix(self.num_classes, ignore_index=PAD_LABEL, validate_args=False)
+        self._matrix, self._wrong = matrix.to(pl_module.device), []
+
+    def on_test_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, logits: Any, batch: Any, *args: Any
+    ) -> None:
+        x, y = batch
+        self._matrix.update(logits, y)
+        if trainer.is_global_zero and len(self._wrong) < self.misclassified:
+            predicted = logits.argmax(dim=1)
+            wanted = self.misclassified - len(self._wrong)
+            for i in ((predicted != y) & (y != PAD_LABEL)).nonzero().flatten()[:wanted].tolist():
+                self._wrong.append((x[i, 0].cpu(), int(predicted[i]), int(y[i])))
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        counts = self._matrix.compute().cpu()  # every rank takes part: it adds up their counts
+        self._draw(trainer, counts)
+
+    @rank_zero_only
+    def _draw(self, trainer: L.Trainer, counts: torch.Tensor) -> None:
+        matrix, _ = self._matrix.plot(val=counts, labels=[str(c) for c in range(self.num_classes)])
+        matrix.set_size_inches(7, 7)
+        grid = _grid(self._wrong[: self.misclassified])
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                logger.experiment.add_figure("test/confusion_matrix", matrix, trainer.global_step, close=False)
+                logger.experiment.add_figure("test/misclassified", grid, trainer.global_step, close=False)
+        if self.png_dir is not None:
+            matrix.savefig(self.png_dir / "confusion_matrix.png", dpi=100, bbox_inches="tight")
+        plt.close(matrix), plt.close(grid)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._fit_metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The run's settings beside its final metrics (fit's, which testing clears, and the test's), for
+        TensorBoard's HPARAMS view."""
+        metrics = self._fit_metrics | {name: float(value) for name, value in trainer.callback_metrics.items()}
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger) and getattr(pl_module, "config", None):
+                logger.log_hyperparams(pl_module.config, metrics=metrics, step=trainer.global_step)
+
+
+def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> plt.Figure:
+    rows = max(1, -(-len(wrong) // columns))
+    figure, axes = plt.subplots(rows, columns, figsize=(columns * 1.2, rows * 1.4), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, (image, predicted, true) in zip(axes.flat, wrong, strict=False):
+        ax.imshow(image.numpy(), cmap="gray")
+        ax.set_title(f"{predicted} (true {true})", fontsize=8, color="crimson")
+    figure.suptitle(f"Misclassified test digits: prediction (truth), {len(wrong)} shown")
+    figure.tight_layout()
+    return figure

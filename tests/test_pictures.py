@@ -1,0 +1,41 @@
+"""What a run leaves to look at: figures and HPARAMS in TensorBoard, the config tree, eval's PNG."""
+
+import json
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from mnistlab.tasks import evaluate, train
+
+from conftest import SHORT, compose_config
+
+
+def _events(folder: Path) -> EventAccumulator:
+    events = EventAccumulator(str(folder), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    return events
+
+
+def test_training_leaves_figures_hparams_and_the_config_tree(tmp_path: Path) -> None:
+    metrics = train(compose_config("train", tmp_path, SHORT))
+    events = _events(tmp_path / "tensorboard")
+    assert set(events.Tags()["images"]) == {"test/confusion_matrix", "test/misclassified"}
+    for tag in events.Tags()["images"]:
+        assert events.Images(tag)[0].encoded_image_string.startswith(b"\x89PNG")
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/experiment"]
+    ).experiment
+    assert {"model/optimizer/lr", "data/batch_size"} <= {h.name for h in experiment.hparam_infos}
+    assert {"test/acc", "val/acc_best"} <= {m.name.tag for m in experiment.metric_infos}
+    assert events.Scalars("test/acc")[-1].value == metrics["test/acc"]  # what HPARAMS shows beside the settings
+    tree = (tmp_path / "config_tree.txt").read_text()
+    assert "├── model" in tree and "lr: 0.001" in tree
+
+
+def test_eval_writes_the_confusion_matrix_as_png_and_its_metrics_as_json(tmp_path: Path) -> None:
+    train(compose_config("train", tmp_path / "train", [*SHORT, "logger=none"]))
+    (best,) = [p for p in (tmp_path / "train" / "checkpoints").glob("epoch*.ckpt")]
+    metrics = evaluate(compose_config("eval", tmp_path / "eval", [f"ckpt_path={best}", "trainer.limit_test_batches=5"]))
+    assert (tmp_path / "eval" / "confusion_matrix.png").read_bytes().startswith(b"\x89PNG")
+    assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["test/acc"] == metrics["test/acc"]
