@@ -198,7 +198,29 @@ class EvalConfig(Run):
     ckpt_path: str
 
 
-def check(cfg: DictConfig, schema: type[Run]) -> None:
+class PredictConfig(Node):
+    task_name: str
+    ckpt_path: str
+    input: str
+    output: str
+    batch_size: Positive
+    device: Literal["auto", "cpu", "cuda"]
+    paths: Paths
+    hydra: Any = None
+
+
+class ExportConfig(Node):
+    task_name: str
+    ckpt_path: str
+    format: Literal["onnx", "torchscript"]
+    output_dir: str
+    check_images: Positive
+    tolerance: PositiveFloat
+    paths: Paths
+    hydra: Any = None
+
+
+def check(cfg: DictConfig, schema: type[Node]) -> None:
     """Raise InputError naming the first key whose value does not fit ``schema``."""
     if missing := sorted(OmegaConf.missing_keys(cfg)):
         raise InputError(f"{missing[0]} needs a value: pass {missing[0]}=... on the command line")

@@ -3,9 +3,7 @@
 import json
 import logging
 import os
-import pickle
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
@@ -19,6 +17,7 @@ from torch.distributed import DistNetworkError, DistStoreError
 from mnistlab import config_tree, console, launch, resume, signals
 from mnistlab.checks import InputError, check_devices
 from mnistlab.stopping import SafeStop
+from mnistlab.trained import load_checkpoint
 
 log = logging.getLogger(__name__)
 console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydra configured logging
@@ -61,7 +60,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     launch.check_environment()
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
-    checkpoint = _load_checkpoint(Path(cfg.ckpt_path))
+    checkpoint = load_checkpoint(Path(cfg.ckpt_path))
     if cfg.get("print_config"):
         config_tree.show(cfg, Path(cfg.paths.output_dir))
     datamodule, model, trainer = _build(cfg)
@@ -144,18 +143,6 @@ def _last_checkpoint(trainer: L.Trainer) -> str | None:
         return None
     log.info("Resuming from %s, this run folder's last checkpoint", last)
     return str(last)
-
-
-def _load_checkpoint(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise InputError(f"ckpt_path={path}: no such file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
-        raise InputError(f"ckpt_path={path} is not a readable checkpoint (truncated or not one): {err}") from err
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise InputError(f"ckpt_path={path} holds no 'state_dict': not a Lightning checkpoint")
-    return checkpoint
 
 
 def _finish(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> None:

@@ -1,0 +1,24 @@
+"""Export a checkpoint's network: ``python export.py ckpt_path=<file> format=onnx|torchscript`` (conf/export.yaml)."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mnistlab import failures, schema
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="export")
+def main(cfg: DictConfig) -> None:
+    with failures.reported():
+        schema.check(cfg, schema.ExportConfig)  # before torch loads
+        from mnistlab.exporting import export
+
+        export(cfg)
+
+
+if __name__ == "__main__":
+    main()

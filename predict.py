@@ -1,0 +1,24 @@
+"""Classify digit images: ``python predict.py ckpt_path=<file> input=<image or folder>`` (conf/predict.yaml)."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mnistlab import failures, schema
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="predict")
+def main(cfg: DictConfig) -> None:
+    with failures.reported():
+        schema.check(cfg, schema.PredictConfig)  # before torch loads
+        from mnistlab.prediction import predict
+
+        predict(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Digit images of any size, prepared the way MNIST's were: grey, white digit on black, the digit
+scaled into a 20 x 20 box (aspect kept, anti-aliased) and placed in a 28 x 28 field so that its
+centre of mass sits at the centre (LeCun et al.). Dark-on-light images (a scan, a drawing) are
+inverted first. MNIST's own test digits, written out 2 or 3 times larger (either way round) and
+prepared here, come back pixel for pixel (all of the first 1,000): the whole image is scaled, so the
+faint anti-aliased edge stays, and the centring offsets round as MNIST's did.
+"""
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from mnistlab.checks import InputError
+
+SUFFIXES = {".png", ".jpg", ".jpeg"}
+BOX, FIELD = 20, 28  # the digit's box and the image, in pixels
+
+
+def find(input: Path) -> list[Path]:
+    """The image files to classify: ``input`` itself, or the PNG/JPEG files under it, sorted."""
+    if input.is_file():
+        return [input]
+    if not input.is_dir():
+        raise InputError(f"input={input}: no such file or folder")
+    files = sorted(p for p in input.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file())
+    if not files:
+        raise InputError(f"input={input} holds no PNG or JPEG files")
+    return files
+
+
+def load(path: Path) -> np.ndarray:
+    """The image at ``path``, prepared: float32 (28, 28), 0 (background) to 255 (ink)."""
+    try:
+        with Image.open(path) as image:
+            if image.mode in ("RGBA", "LA", "P"):  # transparency: onto white, as it would be shown
+                image = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
+            grey = np.asarray(image.convert("L"), dtype=np.float32)
+    except (UnidentifiedImageError, OSError) as err:
+        raise InputError(f"{path} is not an image PIL can read (PNG, JPEG): {err}") from None
+    return prepare(grey)
+
+
+def prepare(grey: np.ndarray) -> np.ndarray:
+    border = np.concatenate([grey[0], grey[-1], grey[:, 0], grey[:, -1]])
+    if np.median(border) > 127:  # a light background: a dark digit
+        grey = 255 - grey
+    if grey.max() <= 0:
+        return np.zeros((FIELD, FIELD), np.float32)  # blank: nothing to centre
+    rows, columns = np.nonzero(grey > 0.1 * grey.max())  # the digit's box, without faint specks
+    scale = BOX / max(rows.max() - rows.min() + 1, columns.max() - columns.min() + 1)
+    # The whole image scaled, not the box alone: the faint anti-aliased edge outside it stays.
+    size = (max(1, round(grey.shape[1] * scale)), max(1, round(grey.shape[0] * scale)))
+    small = np.asarray(Image.fromarray(grey.astype(np.float32)).resize(size, Image.BOX), dtype=np.float32)
+    y, x = np.mgrid[: small.shape[0], : small.shape[1]]
+    mass = small.sum()
+    shift = (round(FIELD / 2 - (y * small).sum() / mass), round(FIELD / 2 - (x * small).sum() / mass))
+    field = np.zeros((FIELD, FIELD), np.float32)
+    target = tuple(slice(max(0, d), min(FIELD, n + d)) for d, n in zip(shift, small.shape, strict=True))
+    source = tuple(slice(t.start - d, t.stop - d) for t, d in zip(target, shift, strict=True))
+    field[target] = small[source]
+    return field

@@ -1,0 +1,81 @@
+"""predict.py: digit images of any size, prepared as MNIST's were, classified as the model does."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from PIL import Image
+
+from mnistlab import trained
+from mnistlab.data import normalize
+from mnistlab.prediction import predict
+from mnistlab.tasks import train
+
+from conftest import DATA_DIR, ROOT, SHORT, compose_config, run_script
+
+IMAGES = 64
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("trained")
+    train(compose_config("train", out, [*SHORT, "logger=none"]))
+    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
+    return best
+
+
+def _config(name: str, out: Path, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name=name, overrides=[f"paths.log_dir={out}", f"paths.output_dir={out}", *overrides])
+
+
+def _test_set() -> tuple[torch.Tensor, torch.Tensor]:
+    from torchvision.datasets import MNIST
+
+    test = MNIST(DATA_DIR, train=False)
+    return test.data[:IMAGES], test.targets[:IMAGES]
+
+
+def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(checkpoint: Path, tmp_path: Path) -> None:
+    images, _ = _test_set()
+    folder = tmp_path / "digits"
+    (folder / "dark_on_light").mkdir(parents=True)
+    for i, image in enumerate(images.numpy()):
+        if i % 2:  # white on black, 3 times larger
+            Image.fromarray(image).resize((84, 84), Image.NEAREST).save(folder / f"{i:03d}.png")
+        else:  # black on white (a scan, a drawing), twice as large
+            Image.fromarray(255 - image).resize((56, 56), Image.NEAREST).save(folder / "dark_on_light" / f"{i:03d}.png")
+    rows = predict(_config("predict", tmp_path, [f"ckpt_path={checkpoint}", f"input={folder}", "batch_size=16"]))
+
+    saved = trained.load_checkpoint(checkpoint)
+    with torch.inference_mode():
+        expected = trained.network(saved)(normalize(images, *trained.normalization(saved))).softmax(dim=1)
+    by_index = {int(Path(row["file"]).stem): row for row in rows}
+    assert sorted(by_index) == list(range(IMAGES))
+    for i, row in by_index.items():
+        assert row["predicted"] == int(expected[i].argmax())
+        assert np.allclose([row[f"p{c}"] for c in range(10)], expected[i].numpy(), atol=1e-5)
+    with (tmp_path / "predictions.csv").open() as file:
+        written = list(csv.DictReader(file))
+    assert len(written) == IMAGES and list(written[0])[:3] == ["file", "predicted", "p0"]
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda d: (d / "x.png").write_text("not an image"), "x.png is not an image PIL can read"),
+        (lambda d: (d / "notes.txt").write_text("no images"), "holds no PNG or JPEG files"),
+    ],
+)
+def test_a_folder_without_readable_images_gets_one_line(make, message: str, checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    make(tmp_path / "in")
+    result = run_script(
+        "predict.py", f"ckpt_path={checkpoint}", f"input={tmp_path / 'in'}", f"paths.log_dir={tmp_path}"
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith("Error:") and message in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
