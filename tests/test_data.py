@@ -1,14 +1,17 @@
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from hydra.utils import instantiate
 
 from mnistlab.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
 from mnistlab.checks import InputError
 from mnistlab.data import FILES, MNISTDataModule
+from mnistlab.tasks import train
 
-from conftest import DATA_DIR
+from conftest import DATA_DIR, SHORT, compose_config
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +135,7 @@ def test_truncated_file_is_refused_with_its_size(tmp_path: Path) -> None:
     with open(raw / "t10k-labels-idx1-ubyte", "r+b") as file:
         file.truncate(5_000)
     dm = MNISTDataModule(str(tmp_path))
-    with pytest.raises(InputError, match="t10k-labels-idx1-ubyte has 5,000 bytes where MNIST's has 10,008"):
+    with pytest.raises(InputError, match="t10k-labels-idx1-ubyte has 5,000 bytes where its header says 10,008"):
         dm.prepare_data()
 
 
@@ -140,10 +143,8 @@ def test_malformed_file_is_refused_clearly(tmp_path: Path) -> None:
     raw = _copy_of_mnist(tmp_path)
     with open(raw / "t10k-images-idx3-ubyte", "r+b") as file:
         file.write(b"\xff" * 16)  # a broken header, at the right size
-    dm = MNISTDataModule(str(tmp_path))
-    dm.prepare_data()
-    with pytest.raises(InputError, match="cannot decode the MNIST t10k files"):
-        dm.setup("test")
+    with pytest.raises(InputError, match=r"t10k-images-idx3-ubyte is not an IDX file of bytes \(its first 4 bytes"):
+        MNISTDataModule(str(tmp_path)).prepare_data()
 
 
 def _reference_batches(num_samples: int, batch_size: int, rank: int, world_size: int, seed: int, epoch: int):
@@ -196,3 +197,47 @@ def test_lightning_sets_the_epoch_so_each_epoch_reshuffles(tmp_path: Path) -> No
     trainer.fit(model, datamodule=dm)
     assert dm.loaders["train"].sampler.epoch == 1
     assert len(first_batches) == 2 and not torch.equal(first_batches[0], first_batches[1])
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    """An IDX file as MNIST's: magic number 0x0000080<dimensions>, the dimensions, the bytes."""
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(size.to_bytes(4, "big") for size in array.shape)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def _small_data_set(raw: Path, train: int = 300, test: int = 100) -> tuple[np.ndarray, np.ndarray]:
+    """Random images and labels in the real format; returns the test images and labels."""
+    rng = np.random.default_rng(0)
+    raw.mkdir(parents=True)
+    for split, count in (("train", train), ("t10k", test)):
+        images, labels = rng.integers(0, 256, (count, 28, 28)), rng.integers(0, 10, count)
+        _write_idx(raw / f"{split}-images-idx3-ubyte", images)
+        _write_idx(raw / f"{split}-labels-idx1-ubyte", labels)
+    return images, labels
+
+
+@pytest.mark.parametrize(
+    "option,folder,mean,std", [("fashion_mnist", "FashionMNIST", 0.2860, 0.3530), ("kmnist", "KMNIST", 0.1918, 0.3483)]
+)
+def test_other_data_sets_in_mnists_format_are_one_option_away(option, folder, mean, std, tmp_path: Path) -> None:
+    images, labels = _small_data_set(tmp_path / "data" / folder / "raw")
+    overrides = [f"data={option}", f"paths.data_dir={tmp_path / 'data'}", "data.val_size=60", "data.download=false"]
+    cfg = compose_config("train", tmp_path / "run", [*overrides, *SHORT, "logger=none"])
+    datamodule = instantiate(cfg.data)
+    datamodule.prepare_data()
+    datamodule.setup("test")
+    x, y = next(iter(datamodule.test_dataloader()))  # the same in-memory loader, the data set's own mean and std
+    assert torch.allclose(x[:, 0], (torch.from_numpy(images[:64]).float() / 255 - mean) / std, atol=1e-5)
+    assert torch.equal(y, torch.from_numpy(labels[:64]))
+    metrics = train(cfg)
+    assert metrics["val/samples"] == 60 and metrics["test/samples"] == 100
+
+
+def test_another_data_set_downloads_its_own_files(tmp_path: Path, monkeypatch) -> None:
+    from torchvision.datasets import KMNIST
+
+    fetched = []
+    monkeypatch.setattr(KMNIST, "download", lambda self: fetched.append(self.raw_folder) or None)
+    with pytest.raises(InputError, match=r"KMNIST is missing from .*/KMNIST/raw"):  # the stub fetched nothing
+        MNISTDataModule(str(tmp_path), dataset="KMNIST").prepare_data()
+    assert fetched and fetched[0] == str(tmp_path / "KMNIST" / "raw")

@@ -1,5 +1,7 @@
-"""MNIST as a ``LightningDataModule``: the official 60k/10k split, decoded once, served from memory."""
+"""MNIST (and the data sets in its file format: Fashion-MNIST, KMNIST) as a ``LightningDataModule``:
+the official 60k/10k split, decoded once, served from memory."""
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +12,10 @@ from torch import Tensor
 from mnistlab.batches import InMemoryLoader, ShardedOrder
 from mnistlab.checks import InputError
 
-# The four files of torchvision's layout (<data_dir>/MNIST/raw/) and their exact sizes in bytes:
-# an IDX header (magic number and dimensions) followed by one byte per pixel or label.
-FILES = {
-    "train-images-idx3-ubyte": 16 + 60_000 * 28 * 28,
-    "train-labels-idx1-ubyte": 8 + 60_000,
-    "t10k-images-idx3-ubyte": 16 + 10_000 * 28 * 28,
-    "t10k-labels-idx1-ubyte": 8 + 10_000,
-}
+# The four files of torchvision's layout (<data_dir>/<data set>/raw/), the same for every data set in
+# MNIST's format. Each is an IDX file: a magic number (0x0000080<dimensions>: unsigned bytes), the size of
+# each dimension (4 bytes each, big-endian), then one byte per pixel or label.
+FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
 def normalize(images: Tensor, mean: float, std: float) -> Tensor:
@@ -32,6 +30,7 @@ class MNISTDataModule(L.LightningDataModule):
     def __init__(
         self,
         data_dir: str,
+        dataset: str = "MNIST",
         batch_size: int = 64,
         val_size: int = 5_000,
         split_seed: int = 12345,
@@ -45,7 +44,8 @@ class MNISTDataModule(L.LightningDataModule):
         self.prepare_data_per_node = prepare_data_per_node  # Lightning's switch: see conf/data/mnist.yaml
         if not 0 < val_size < 60_000:
             raise InputError(f"data.val_size={val_size} must be between 1 and 59,999 (of 60,000 training images)")
-        self.raw_dir = Path(data_dir) / "MNIST" / "raw"
+        self.dataset = dataset  # torchvision.datasets' class: MNIST, FashionMNIST, KMNIST
+        self.raw_dir = Path(data_dir) / dataset / "raw"
         self.batch_size, self.val_size, self.split_seed = batch_size, val_size, split_seed
         self.shuffle_seed, self.download = shuffle_seed, download
         self.mean, self.std = mean, std
@@ -55,11 +55,9 @@ class MNISTDataModule(L.LightningDataModule):
         """Runs on one process per node, or one in all (prepare_data_per_node): download, then check."""
         missing = [name for name in FILES if not (self.raw_dir / name).is_file()]
         if missing and self.download:
-            from torchvision.datasets import MNIST
-
             try:
                 for train in (True, False):
-                    MNIST(self.raw_dir.parent.parent, train=train, download=True)
+                    self._torchvision(train=train, download=True)
             except (OSError, RuntimeError) as err:
                 raise InputError(self._missing_message(missing, f"the download failed: {err}")) from err
         elif missing:
@@ -70,16 +68,18 @@ class MNISTDataModule(L.LightningDataModule):
         """Runs on every rank: decode the needed splits into memory and shard them for this rank."""
         if stage in ("fit", "validate") and "val" not in self.loaders:
             images, labels = self.read(train=True)
-            train, val = self.split_indices()
+            if self.val_size >= len(labels):
+                raise InputError(f"data.val_size={self.val_size} leaves no training images of {len(labels):,}")
+            train, val = self.split_indices(len(labels))
             self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
             self.loaders["val"] = self._loader(images[val], labels[val], shuffle=False)
         if stage in ("test", "predict") and "test" not in self.loaders:
             self.loaders["test"] = self._loader(*self.read(train=False), shuffle=False)
 
-    def split_indices(self) -> tuple[Tensor, Tensor]:
-        """Indices of the training images used for training and for validation."""
+    def split_indices(self, count: int = 60_000) -> tuple[Tensor, Tensor]:
+        """Indices of the ``count`` training images used for training and for validation."""
         generator = torch.Generator().manual_seed(self.split_seed)
-        split = torch.randperm(60_000, generator=generator)
+        split = torch.randperm(count, generator=generator)
         return split[: -self.val_size], split[-self.val_size :]
 
     def train_dataloader(self) -> InMemoryLoader:
@@ -113,33 +113,43 @@ class MNISTDataModule(L.LightningDataModule):
     def read(self, train: bool) -> tuple[Tensor, Tensor]:
         """The images (uint8, N x 28 x 28) and labels of the training (60,000) or test (10,000) files."""
         self._check_sizes()
-        from torchvision.datasets import MNIST
-
         try:
-            dataset = MNIST(self.raw_dir.parent.parent, train=train, download=False)
+            dataset = self._torchvision(train=train, download=False)
         except (AssertionError, RuntimeError, TypeError, ValueError) as err:
             split = "train" if train else "t10k"
             raise InputError(
-                f"cannot decode the MNIST {split} files in {self.raw_dir} ({err!r}); "
+                f"cannot decode the {self.dataset} {split} files in {self.raw_dir} ({err!r}); "
                 "delete them to download them again, or replace them by hand"
             ) from err
         return dataset.data, dataset.targets
 
+    def _torchvision(self, train: bool, download: bool) -> Any:
+        import torchvision.datasets
+
+        return getattr(torchvision.datasets, self.dataset)(self.raw_dir.parent.parent, train=train, download=download)
+
     def _check_sizes(self) -> None:
-        for name, size in FILES.items():
+        """Each file holds what its header says: a copy cut short (a download, a disk) is caught here."""
+        for name in FILES:
             path = self.raw_dir / name
             if not path.is_file():
                 raise InputError(self._missing_message([name], "it is not there"))
-            if (found := path.stat().st_size) != size:
+            with path.open("rb") as file:
+                header = file.read(4)
+                dimensions = header[3] if len(header) == 4 and header[:3] == b"\0\0\x08" else 0
+                sizes = [int.from_bytes(file.read(4), "big") for _ in range(dimensions)]
+            if not dimensions:
+                raise InputError(f"{path} is not an IDX file of bytes (its first 4 bytes are {header!r})")
+            if (found := path.stat().st_size) != (size := 4 + 4 * dimensions + math.prod(sizes)):
                 raise InputError(
-                    f"{path} has {found:,} bytes where MNIST's has {size:,}: the file is truncated or is not "
-                    "MNIST; delete it to download it again, or replace it by hand"
+                    f"{path} has {found:,} bytes where its header says {size:,}: the file is truncated; "
+                    "delete it to download it again, or replace it by hand"
                 )
 
     def _missing_message(self, missing: list[str], why: str) -> str:
         return (
-            f"MNIST is missing from {self.raw_dir} ({why}): {', '.join(missing)}. Place the four files "
-            f"{', '.join(FILES)} there by hand (the uncompressed IDX files, from the gzip files published "
-            "by Yann LeCun or any mirror of them), or point paths.data_dir (or the DATA_DIR environment "
-            "variable) at a folder holding MNIST/raw/ with them"
+            f"{self.dataset} is missing from {self.raw_dir} ({why}): {', '.join(missing)}. Place the four files "
+            f"{', '.join(FILES)} there by hand (the uncompressed IDX files, as torchvision.datasets.{self.dataset} "
+            "downloads them), or point paths.data_dir (or the DATA_DIR environment variable) at a folder holding "
+            f"{self.dataset}/raw/ with them"
         )

@@ -81,6 +81,7 @@ class Trainer(Target):
 class Data(Target):
     model_config = ConfigDict(extra="forbid")
     data_dir: str
+    dataset: str  # torchvision.datasets' class of a data set in MNIST's format
     batch_size: Positive  # global
     val_size: Annotated[int, Field(ge=1, le=59_999)]  # of the 60,000 training images
     split_seed: int
