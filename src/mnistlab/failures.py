@@ -67,14 +67,14 @@ def reported() -> Iterator[None]:
 def _discard_unused_run_folder() -> None:
     """A run refused before it wrote anything of its own leaves no folder behind. Only a folder Hydra
     named for this run (not one given with hydra.run.dir: a sweep job's, a resumed run's, yours), by
-    rank 0, and holding nothing but the saved config and logs."""
+    rank 0, and holding nothing but the saved config (.hydra/, config_tree.txt) and logs."""
     if not HydraConfig.initialized() or os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0":
         return
     hydra = HydraConfig.get()
     if hydra.output_subdir is None or any(o.startswith("hydra.run.dir=") for o in hydra.overrides.hydra):
         return
     folder = Path(hydra.runtime.output_dir)
-    if all(p.name == ".hydra" or p.suffix == ".log" for p in folder.iterdir()):
+    if all(p.name in (".hydra", "config_tree.txt") or p.suffix == ".log" for p in folder.iterdir()):
         shutil.rmtree(folder, ignore_errors=True)
 
 
