@@ -81,3 +81,14 @@ def run_script(script: str, *overrides: str, timeout: float = 300) -> subprocess
 @pytest.fixture
 def train_cfg(tmp_path: Path) -> DictConfig:
     return compose_config("train", tmp_path, [*SHORT, "logger=csv"])
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The best checkpoint of a short run, for the tests that use one (predict, export)."""
+    from mnistlab.tasks import train  # not at import: see tests/faults.py
+
+    out = tmp_path_factory.mktemp("trained")
+    train(compose_config("train", out, [*SHORT, "logger=none"]))
+    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
+    return best

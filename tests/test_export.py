@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +11,8 @@ from torchvision.datasets import MNIST
 from mnistlab import trained
 from mnistlab.data import normalize
 from mnistlab.exporting import export
-from mnistlab.tasks import train
 
-from conftest import DATA_DIR, ROOT, SHORT, compose_config
+from conftest import DATA_DIR, ROOT
 
 # Loads the exported file and classifies the first 100 test images, with Lightning and this package
 # made unimportable: what a user of the exported model has.
@@ -33,18 +31,12 @@ print(" ".join(map(str, logits.argmax(1))))
 """
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("trained")
-    train(compose_config("train", out, [*SHORT, "logger=none"]))
-    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
-    return best
-
-
 @pytest.mark.parametrize("format", ["onnx", "torchscript"])
-def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(format: str, checkpoint, tmp_path) -> None:
+def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(
+    format: str, trained_checkpoint, tmp_path
+) -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("export", [f"ckpt_path={checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}"])
+        cfg = compose("export", [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}"])
     path = export(cfg)  # raises if its logits differ from the checkpoint's by more than cfg.tolerance
     assert path == tmp_path / ("model.onnx" if format == "onnx" else "model.pt")
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # one file, weights inside
@@ -52,7 +44,7 @@ def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(format: 
     command = [sys.executable, "-c", USE, str(path), DATA_DIR]
     alone = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert alone.returncode == 0, alone.stderr[-2000:]
-    saved = trained.load_checkpoint(checkpoint)
+    saved = trained.load_checkpoint(trained_checkpoint)
     with torch.inference_mode():
         images = MNIST(DATA_DIR, train=False).data[:100]
         expected = trained.network(saved)(normalize(images, *trained.normalization(saved))).argmax(1)

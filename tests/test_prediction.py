@@ -12,19 +12,10 @@ from PIL import Image
 from mnistlab import trained
 from mnistlab.data import normalize
 from mnistlab.prediction import predict
-from mnistlab.tasks import train
 
-from conftest import DATA_DIR, ROOT, SHORT, compose_config, run_script
+from conftest import DATA_DIR, ROOT, run_script
 
 IMAGES = 64
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("trained")
-    train(compose_config("train", out, [*SHORT, "logger=none"]))
-    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
-    return best
 
 
 def _config(name: str, out: Path, overrides: list[str]):
@@ -39,7 +30,9 @@ def _test_set() -> tuple[torch.Tensor, torch.Tensor]:
     return test.data[:IMAGES], test.targets[:IMAGES]
 
 
-def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(checkpoint: Path, tmp_path: Path) -> None:
+def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(
+    trained_checkpoint: Path, tmp_path: Path
+) -> None:
     images, _ = _test_set()
     folder = tmp_path / "digits"
     (folder / "dark_on_light").mkdir(parents=True)
@@ -48,9 +41,11 @@ def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(checkpoin
             Image.fromarray(image).resize((84, 84), Image.NEAREST).save(folder / f"{i:03d}.png")
         else:  # black on white (a scan, a drawing), twice as large
             Image.fromarray(255 - image).resize((56, 56), Image.NEAREST).save(folder / "dark_on_light" / f"{i:03d}.png")
-    rows = predict(_config("predict", tmp_path, [f"ckpt_path={checkpoint}", f"input={folder}", "batch_size=16"]))
+    rows = predict(
+        _config("predict", tmp_path, [f"ckpt_path={trained_checkpoint}", f"input={folder}", "batch_size=16"])
+    )
 
-    saved = trained.load_checkpoint(checkpoint)
+    saved = trained.load_checkpoint(trained_checkpoint)
     with torch.inference_mode():
         expected = trained.network(saved)(normalize(images, *trained.normalization(saved))).softmax(dim=1)
     by_index = {int(Path(row["file"]).stem): row for row in rows}
@@ -70,11 +65,13 @@ def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(checkpoin
         (lambda d: (d / "notes.txt").write_text("no images"), "holds no PNG or JPEG files"),
     ],
 )
-def test_a_folder_without_readable_images_gets_one_line(make, message: str, checkpoint: Path, tmp_path: Path) -> None:
+def test_a_folder_without_readable_images_gets_one_line(
+    make, message: str, trained_checkpoint: Path, tmp_path: Path
+) -> None:
     (tmp_path / "in").mkdir()
     make(tmp_path / "in")
     result = run_script(
-        "predict.py", f"ckpt_path={checkpoint}", f"input={tmp_path / 'in'}", f"paths.log_dir={tmp_path}"
+        "predict.py", f"ckpt_path={trained_checkpoint}", f"input={tmp_path / 'in'}", f"paths.log_dir={tmp_path}"
     )
     assert result.returncode == 1
     assert result.stderr.strip().startswith("Error:") and message in result.stderr, result.stderr[-2000:]
