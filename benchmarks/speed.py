@@ -9,6 +9,8 @@ Measures, in one invocation, alternating the runs and taking medians:
   optimizer's;
 - ``train.py`` with the default config (``test=false``), on one process and with
   ``strategy=ddp trainer.devices=2`` at the same global batch;
+- ``train.py`` fed the usual way (``benchmarks/usual_data.py``: torchvision's ``MNIST`` with ``ToTensor`` and
+  ``Normalize`` through a ``DataLoader`` with a worker per core): what the in-memory data path saves;
 - steady-state epoch time: (wall time of a 3-epoch run - wall time of a 1-epoch run) / 2, so that
   start-up is not counted;
 - start-up: ``train.py debug=fdr`` against a bare import of torch, torchvision, lightning and hydra;
@@ -18,6 +20,9 @@ Measures, in one invocation, alternating the runs and taking medians:
   these rows alone);
 - with ``--switches``, the epoch time with ``model.compile=true``, with ``trainer.precision=bf16-mixed``
   with ``model.optimizer.fused=false`` and without the safe-stop callback, each against the default.
+
+``--profile`` prints instead where a training step of the default ``train.py`` goes, per function
+and per callback, in microseconds a step (under cProfile).
 
 Prints one table and writes it as JSON to outputs/benchmarks/. Every process here runs alone:
 never run it beside another heavy job, and quote ratios, which are steadier than seconds.
@@ -37,6 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 IMPORTS = "import torch, torchvision, lightning, hydra"
+USUAL = "data._target_=usual_data.TorchvisionMNIST"  # benchmarks/usual_data.py
 # Mistakes train.py must answer before it imports torch and Lightning: each exits 1 with one message.
 REFUSALS = {
     "refused: wrong type": ["trainer.max_epochs=abc"],
@@ -185,6 +191,14 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
         "bare Lightning": lambda e: [py, __file__, "--bare-lightning", str(e), "--device", device],
         "train.py": lambda e: [*train, f"trainer.max_epochs={e}"],
         "train.py ddp x2": lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"],
+        # The same run fed as most templates feed it: torchvision's dataset, transforms, a DataLoader.
+        "train.py usual DataLoader": lambda e: [
+            "env",
+            f"PYTHONPATH={ROOT / 'benchmarks'}",
+            *train,
+            f"trainer.max_epochs={e}",
+            USUAL,
+        ],
         "import only": [py, "-c", IMPORTS],
         "train.py fast_dev_run": [py, "train.py", accelerator, "debug=fdr", f"paths.log_dir={out}"],
     }
@@ -234,6 +248,33 @@ def test_accuracy_per_epoch(gpu: bool, epochs: int = 10) -> list[float]:
     return accuracies
 
 
+def profile(gpu: bool, top: int = 25) -> None:
+    """Where a step of the default train.py goes: its training epoch under cProfile (which slows every
+    Python call, so read the shares, not the seconds), printed in microseconds per training step."""
+    import pstats
+
+    with tempfile.TemporaryDirectory() as out:
+        stats_file = Path(out) / "train.prof"
+        train = commands(Path(out), gpu)["train.py"](1)
+        hook = ["+callbacks.profile._target_=epoch_profile.EpochProfile", f"+callbacks.profile.path={stats_file}"]
+        wall(["env", f"PYTHONPATH={ROOT / 'benchmarks'}", *train, *hook, "callbacks.early_stopping=null"])
+        stats = pstats.Stats(str(stats_file))
+    steps = 860  # one epoch of 55,000 images in batches of 64
+    rows = stats.stats  # (file, line, function) -> (primitive calls, calls, own time, cumulative time, callers)
+    print(f"{'us/step own':>11} {'us/step cum':>11} {'calls/step':>10}  function")
+    for (file, line, name), (_, calls, own, cumulative, _) in sorted(rows.items(), key=lambda r: -r[1][2])[:top]:
+        where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
+        print(f"{own / steps * 1e6:11.1f} {cumulative / steps * 1e6:11.1f} {calls / steps:10.1f}  {name} ({where})")
+    print("\nHooks, cumulative per step (their own work and what they call):")
+    hooks: dict[str, float] = {}
+    for (file, _, name), (_, _, _, cumulative, _) in rows.items():
+        if name.startswith("on_") and ("callbacks" in file or "mnistlab" in file):
+            owner = Path(file).stem
+            hooks[owner] = hooks.get(owner, 0.0) + cumulative / steps * 1e6
+    for owner, micros in sorted(hooks.items(), key=lambda kv: -kv[1]):
+        print(f"{micros:11.1f}  {owner}")
+
+
 def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object]:
     """The table's rows, with the ratios the targets are stated in."""
     epoch, base = times["train.py epoch"], times["baseline epoch"]
@@ -248,6 +289,9 @@ def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object
         times["train.py fast_dev_run"] / times["import only"], 3
     )
     rows["epoch ratio ddp x2 / one process"] = round(times["train.py ddp x2 epoch"] / epoch, 3)
+    rows["epoch ratio usual DataLoader / in-memory (what the in-memory path saves)"] = round(
+        times["train.py usual DataLoader epoch"] / epoch, 3
+    )
     for switch in ("model.compile=true", "bf16-mixed", "fused=false", "safe_stop=null"):
         if (seconds := times.get(f"train.py {switch} epoch")) is not None:
             rows[f"epoch ratio {switch} / default"] = round(seconds / epoch, 3)
@@ -266,6 +310,7 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="run train.py with trainer.accelerator=gpu")
     parser.add_argument("--switches", action="store_true", help="also time model.compile and bf16-mixed")
     parser.add_argument("--refusals", action="store_true", help="only time how fast mistakes are answered")
+    parser.add_argument("--profile", action="store_true", help="only show where a step of train.py goes")
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
@@ -280,6 +325,8 @@ def main() -> None:
 
         if not torch.cuda.is_available():
             raise SystemExit("--gpu: this machine has no CUDA GPU; run without --gpu to measure the CPU")
+    if args.profile:
+        return profile(args.gpu)
     if args.refusals:
         rows = {name: round(value, 3) for name, value in refusals(args.repeats).items()}
     else:
