@@ -193,3 +193,16 @@ def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> N
     assert resumed["global_step"] == 20
     for name, value in whole["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][name], value, rtol=0, atol=0)
+
+
+def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Path) -> None:
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    from mnistlab.profiler import NoProfiler
+
+    default = instantiate(compose_config("train", tmp_path, SHORT).trainer)
+    assert isinstance(default.profiler, NoProfiler)
+    with default.profiler.profile("[Callback]x.on_train_batch_end"), default.profiler.profile("nested"):
+        pass  # reusable, nestable: what Lightning does around every hook
+    profiled = instantiate(compose_config("train", tmp_path, ["debug=profiler"]).trainer)
+    assert isinstance(profiled.profiler, SimpleProfiler)
