@@ -11,8 +11,9 @@ Measures, in one invocation, alternating the runs and taking medians:
   ``strategy=ddp trainer.devices=2`` at the same global batch;
 - ``train.py`` fed the usual way (``benchmarks/usual_data.py``: torchvision's ``MNIST`` with ``ToTensor`` and
   ``Normalize`` through a ``DataLoader`` with a worker per core): what the in-memory data path saves;
-- steady-state epoch time: (wall time of a 3-epoch run - wall time of a 1-epoch run) / 2, so that
-  start-up is not counted;
+- steady-state epoch time: each run trains 4 epochs and times them inside its process (the hand-written
+  loops with ``time.perf_counter``, Lightning runs with ``benchmarks/epoch_timer.py``); the median of
+  epochs 2-4 is the run's sample, so that start-up and warm-up are not counted;
 - start-up: ``train.py debug=fdr`` against a bare import of torch, torchvision, lightning and hydra;
 - time to reach 97.5% and 98% test accuracy with the default config;
 - how fast a mistake is answered: ``train.py`` with a value of the wrong type, an unknown key and an
@@ -43,6 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 IMPORTS = "import torch, torchvision, lightning, hydra"
 USUAL = "data._target_=usual_data.TorchvisionMNIST"  # benchmarks/usual_data.py
+EPOCH_TIMES = "MNISTLAB_EPOCH_TIMES"  # where a benchmarked run writes the seconds of its epochs
+EPOCHS = 4  # per timed run: the first warms up, the median of the other three is the row's sample
 # Mistakes train.py must answer before it imports torch and Lightning: each exits 1 with one message.
 REFUSALS = {
     "refused: wrong type": ["trainer.max_epochs=abc"],
@@ -75,7 +78,9 @@ def baseline(epochs: int, device: str, fused: bool) -> None:
     x_train, y_train, x_val, y_val = mnist(device)
     net = SimpleNN().to(device)
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3, fused=fused)
+    seconds = []
     for _ in range(epochs):
+        began = time.perf_counter()
         net.train()
         order = torch.randperm(len(y_train), device=device)
         for start in range(0, len(order), 64):
@@ -89,7 +94,9 @@ def baseline(epochs: int, device: str, fused: bool) -> None:
             correct = sum(
                 (net(x_val[i : i + 64]).argmax(1) == y_val[i : i + 64]).sum() for i in range(0, len(y_val), 64)
             )
+        seconds.append(time.perf_counter() - began)
         print(f"val acc {int(correct) / len(y_val):.4f}")
+    Path(os.environ[EPOCH_TIMES]).write_text(json.dumps(seconds))
 
 
 def bare_lightning(epochs: int, device: str) -> None:
@@ -139,11 +146,14 @@ def bare_lightning(epochs: int, device: str) -> None:
         "enable_progress_bar": False,
         "enable_model_summary": False,
     }
+    from epoch_timer import EpochTimer
+
     trainer = L.Trainer(
         accelerator="gpu" if device == "cuda" else "cpu",
         devices=1,
         max_epochs=epochs,
         num_sanity_val_steps=0,
+        callbacks=[EpochTimer(os.environ[EPOCH_TIMES])],
         **switches,
     )
     trainer.fit(Bare(), Batches(x_train, y_train, True), Batches(x_val, y_val, False))
@@ -157,6 +167,21 @@ def wall(command: list[str], refused: bool = False) -> float:
     if result.returncode != int(refused):
         raise SystemExit(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     return seconds
+
+
+def epoch_seconds(command: list[str], out: Path) -> float:
+    """The median of a run's steady-state epochs (all but the first), timed inside the run: start-up,
+    teardown and the machine's noise between processes stay out of it."""
+    times = out / "epochs.json"
+    if "train.py" in command:
+        command = [
+            *command,
+            "+callbacks.epoch_timer._target_=epoch_timer.EpochTimer",
+            f"+callbacks.epoch_timer.path={times}",
+        ]
+    env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={ROOT / 'benchmarks'}:{ROOT / 'src'}"]
+    wall([*env, *(c for c in command if not c.startswith("PYTHONPATH=") and c != "env")])
+    return statistics.median(json.loads(times.read_text())[1:])
 
 
 def refusals(repeats: int) -> dict[str, float]:
@@ -219,8 +244,7 @@ def measure(repeats: int, gpu: bool, switches: bool) -> dict[str, float]:
         for _ in range(repeats):
             for name, command in commands(Path(out), gpu, switches).items():
                 if callable(command):
-                    short, long = wall(command(1)), wall(command(3))
-                    samples.setdefault(f"{name} epoch", []).append((long - short) / 2)
+                    samples.setdefault(f"{name} epoch", []).append(epoch_seconds(command(EPOCHS), Path(out)))
                 else:
                     samples.setdefault(name, []).append(wall(command))
     return {name: statistics.median(values) for name, values in samples.items()} | refusals(repeats)
