@@ -180,7 +180,7 @@ def epoch_seconds(command: list[str], out: Path) -> float:
             f"+callbacks.epoch_timer.path={times}",
         ]
     env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={ROOT / 'benchmarks'}:{ROOT / 'src'}"]
-    wall([*env, *(c for c in command if not c.startswith("PYTHONPATH=") and c != "env")])
+    wall([*env, *command])
     return statistics.median(json.loads(times.read_text())[1:])
 
 
@@ -217,13 +217,7 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
         "train.py": lambda e: [*train, f"trainer.max_epochs={e}"],
         "train.py ddp x2": lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"],
         # The same run fed as most templates feed it: torchvision's dataset, transforms, a DataLoader.
-        "train.py usual DataLoader": lambda e: [
-            "env",
-            f"PYTHONPATH={ROOT / 'benchmarks'}",
-            *train,
-            f"trainer.max_epochs={e}",
-            USUAL,
-        ],
+        "train.py usual DataLoader": lambda e: [*train, f"trainer.max_epochs={e}", USUAL],
         "import only": [py, "-c", IMPORTS],
         "train.py fast_dev_run": [py, "train.py", accelerator, "debug=fdr", f"paths.log_dir={out}"],
     }

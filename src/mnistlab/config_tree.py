@@ -14,7 +14,10 @@ TREE_FILE = "config_tree.txt"
 
 
 @rank_zero_only
-def show(cfg: DictConfig, folder: Path) -> None:
+def show(cfg: DictConfig) -> None:
+    if not cfg.get("print_config"):
+        return
+    folder = Path(cfg.paths.output_dir)
     tree = Tree("config", guide_style="dim")
     keys = [k for k in FIRST if k in cfg] + [k for k in cfg if k not in FIRST and k != "hydra"]
     for key in keys:

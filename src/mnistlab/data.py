@@ -112,11 +112,11 @@ class MNISTDataModule(L.LightningDataModule):
 
     def read(self, train: bool) -> tuple[Tensor, Tensor]:
         """The images (uint8, N x 28 x 28) and labels of the training (60,000) or test (10,000) files."""
-        self._check_sizes()
+        split = "train" if train else "t10k"
+        self._check_sizes([name for name in FILES if name.startswith(split)])  # this split's two files
         try:
             dataset = self._torchvision(train=train, download=False)
         except (AssertionError, RuntimeError, TypeError, ValueError) as err:
-            split = "train" if train else "t10k"
             raise InputError(
                 f"cannot decode the {self.dataset} {split} files in {self.raw_dir} ({err!r}); "
                 "delete them to download them again, or replace them by hand"
@@ -128,9 +128,9 @@ class MNISTDataModule(L.LightningDataModule):
 
         return getattr(torchvision.datasets, self.dataset)(self.raw_dir.parent.parent, train=train, download=download)
 
-    def _check_sizes(self) -> None:
+    def _check_sizes(self, names: tuple[str, ...] | list[str] = FILES) -> None:
         """Each file holds what its header says: a copy cut short (a download, a disk) is caught here."""
-        for name in FILES:
+        for name in names:
             path = self.raw_dir / name
             if not path.is_file():
                 raise InputError(self._missing_message([name], "it is not there"))

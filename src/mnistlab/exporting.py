@@ -33,8 +33,9 @@ def export(cfg: DictConfig) -> Path:
     run = _to_onnx(net, images, path) if cfg.format == "onnx" else _to_torchscript(net, images, path)
     with torch.inference_mode():
         expected = net(images)
-    difference = (run(images) - expected).abs().max().item()
-    same = bool((run(images).argmax(1) == expected.argmax(1)).all())
+    exported = run(images)
+    difference = (exported - expected).abs().max().item()
+    same = bool((exported.argmax(1) == expected.argmax(1)).all())
     if difference > cfg.tolerance or not same:
         raise RuntimeError(f"the exported model disagrees with the checkpoint: logits differ by {difference:.3g}")
     log.info(

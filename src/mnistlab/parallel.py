@@ -28,10 +28,10 @@ def own_gpu(cfg: DictConfig) -> Iterator[None]:
         return
     import torch
 
-    if torch.cuda.device_count() < 2:
+    if (gpus := torch.cuda.device_count()) < 2:
         yield
         return
-    with claim(Path(HydraConfig.get().sweep.dir), torch.cuda.device_count()) as gpu:
+    with claim(Path(HydraConfig.get().sweep.dir), gpus) as gpu:
         cfg.trainer.devices = [gpu]  # Lightning's way to name the device: a list of indices
         yield
 

@@ -29,8 +29,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     launch.check_environment()
     if launch.is_distributed_sweep_job(cfg):
         return launch.run_job_in_fresh_processes()
-    if cfg.get("print_config"):
-        config_tree.show(cfg, Path(cfg.paths.output_dir))
+    config_tree.show(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
     _log_overrides(cfg)
@@ -61,8 +60,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = load_checkpoint(Path(cfg.ckpt_path))
-    if cfg.get("print_config"):
-        config_tree.show(cfg, Path(cfg.paths.output_dir))
+    config_tree.show(cfg)
     datamodule, model, trainer = _build(cfg)
     try:
         model.load_state_dict(checkpoint["state_dict"])
