@@ -14,7 +14,7 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import config_tree, console, launch, resume, signals
+from mnistlab import batch_hooks, config_tree, console, launch, resume, signals
 from mnistlab.checks import InputError, check_devices
 from mnistlab.stopping import SafeStop
 from mnistlab.trained import load_checkpoint
@@ -103,6 +103,7 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
     except InstantiationException as err:  # Lightning refused a combination of trainer settings
         raise InputError(f"invalid trainer settings: {err.__cause__ or err}") from err
+    batch_hooks.skip_empty(trainer.callbacks)  # Lightning's defaults among them
     for logger in trainer.loggers:
         logger.log_hyperparams(model.config)
     if isinstance(trainer.accelerator, CPUAccelerator):
