@@ -23,7 +23,8 @@ Measures, in one invocation, alternating the runs and taking medians:
   with ``model.optimizer.fused=false`` and without the safe-stop callback, each against the default.
 
 ``--profile`` prints instead where a training step of the default ``train.py`` goes, per function
-and per callback, in microseconds a step (under cProfile).
+and per callback, in microseconds a step (under cProfile); ``--costs`` the time each default callback's hooks
+take, per step, timed by Lightning's ``SimpleProfiler`` (``benchmarks/step_costs.py``).
 
 Prints one table and writes it as JSON to outputs/benchmarks/. Every process here runs alone:
 never run it beside another heavy job, and quote ratios, which are steadier than seconds.
@@ -333,6 +334,7 @@ def main() -> None:
     parser.add_argument("--switches", action="store_true", help="also time model.compile and bf16-mixed")
     parser.add_argument("--refusals", action="store_true", help="only time how fast mistakes are answered")
     parser.add_argument("--profile", action="store_true", help="only show where a step of train.py goes")
+    parser.add_argument("--costs", action="store_true", help="only price each default callback, in us a step")
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
@@ -351,6 +353,10 @@ def main() -> None:
         return profile(args.gpu)
     if args.refusals:
         rows = {name: round(value, 3) for name, value in refusals(args.repeats).items()}
+    elif args.costs:
+        import step_costs
+
+        rows = step_costs.measure(args.repeats, args.gpu)
     else:
         switches = args.switches or args.gpu  # the first machine with a GPU gets the whole table in one command
         rows = report(measure(args.repeats, args.gpu, switches), test_accuracy_per_epoch(args.gpu))

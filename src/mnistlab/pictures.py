@@ -11,16 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import matplotlib
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
+from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from mnistlab.batches import PAD_LABEL
-
-matplotlib.use("Agg")  # figures are files and TensorBoard images: no window, no display needed
-import matplotlib.pyplot as plt
 
 
 class TestPictures(L.Callback):
@@ -53,8 +50,10 @@ class TestPictures(L.Callback):
 
     @rank_zero_only
     def _draw(self, trainer: L.Trainer, counts: torch.Tensor) -> None:
-        matrix, _ = self._matrix.plot(val=counts, labels=[str(c) for c in range(self.num_classes)])
-        matrix.set_size_inches(7, 7)
+        # Figures of their own, not pyplot's: no backend to choose, nothing global (a notebook keeps its
+        # inline display), nothing to close.
+        matrix = Figure(figsize=(7, 7))
+        self._matrix.plot(val=counts, ax=matrix.subplots(), labels=[str(c) for c in range(self.num_classes)])
         grid = _grid(self._wrong[: self.misclassified])
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
@@ -62,7 +61,6 @@ class TestPictures(L.Callback):
                 logger.experiment.add_figure("test/misclassified", grid, trainer.global_step, close=False)
         if self.png_dir is not None:
             matrix.savefig(self.png_dir / "confusion_matrix.png", dpi=100, bbox_inches="tight")
-        plt.close(matrix), plt.close(grid)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
@@ -76,9 +74,10 @@ class TestPictures(L.Callback):
                 logger.log_hyperparams(pl_module.config, metrics=metrics, step=trainer.global_step)
 
 
-def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> plt.Figure:
+def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> Figure:
     rows = max(1, -(-len(wrong) // columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(columns * 1.2, rows * 1.4), squeeze=False)
+    figure = Figure(figsize=(columns * 1.2, rows * 1.4))
+    axes = figure.subplots(rows, columns, squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, (image, predicted, true) in zip(axes.flat, wrong, strict=False):

@@ -1,0 +1,76 @@
+"""The generator's rename step: run by copier (``copier.yml``, ``_tasks``) in the project it has just
+copied, it turns this template, named ``mnistlab``, into the user's project.
+
+The template's files carry no placeholders, so that it stays a normal project that installs, trains
+and passes its tests; copier copies them as they are and this step renames: the package folder and
+every other path holding the name, the name in every text file (imports, ``_target_`` paths in
+``conf/``, ``MNISTLAB_*`` environment variables, the pyproject's name and extras), the pyproject's
+description and author, and the README's title and first paragraph. Copier runs it again on both
+template versions it compares during ``copier update``, so updates arrive in the renamed files.
+"""
+
+import argparse
+import re
+from pathlib import Path
+
+NAME = "mnistlab"
+TEMPLATE_ONLY = re.compile(r"<!-- template only -->.*?<!-- end template only -->\n*", re.DOTALL)
+
+
+def rename(root: Path, package: str) -> None:
+    """``mnistlab`` -> ``package`` and ``MNISTLAB`` -> its upper case, in file contents and paths."""
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.relative_to(root).parts):
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue  # not text (a picture): nothing to rename inside
+        if NAME in text.lower():
+            path.write_text(text.replace(NAME, package).replace(NAME.upper(), package.upper()))
+    for path in sorted(root.rglob(f"*{NAME}*"), key=lambda p: -len(p.parts)):  # the deepest first
+        _move(path, path.with_name(path.name.replace(NAME, package)))
+
+
+def _move(source: Path, target: Path) -> None:
+    """``mv``, but into a folder that exists already: ``copier update`` writes the template's new
+    version, under the template's names, over the renamed project before this step runs there."""
+    if source.is_dir() and target.is_dir():
+        for child in source.iterdir():
+            _move(child, target / child.name)
+        source.rmdir()
+    else:
+        source.replace(target)
+
+
+def describe(root: Path, project: str, description: str, author: str, email: str) -> None:
+    """The pyproject's description and author; the README's title and first paragraph."""
+    pyproject = root / "pyproject.toml"
+    text = re.sub(r'(?m)^description = ".*"$', f"description = {_toml(description)}", pyproject.read_text())
+    text = re.sub(r"(?m)^authors = .*\n", "", text)  # copier update runs this step again
+    author_line = f"authors = [{{ name = {_toml(author)}, email = {_toml(email)} }}]"
+    pyproject.write_text(text.replace('readme = "README.md"\n', f'readme = "README.md"\n{author_line}\n', 1))
+    readme = root / "README.md"
+    text = TEMPLATE_ONLY.sub("", readme.read_text())  # what is about the template itself
+    _, rest = text.split("\n## ", 1)  # the title and first paragraph end at the first section
+    intro = f"# {project}\n\n{description}\n\nBuilt on a Lightning + Hydra template for distributed training.\n"
+    readme.write_text(f"{intro}\n## {rest}")
+
+
+def _toml(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--project", required=True, help="the project's name, the README's title")
+    parser.add_argument("--package", required=True, help="the Python package's name")
+    parser.add_argument("--description", default="")
+    parser.add_argument("--author", default="")
+    parser.add_argument("--email", default="")
+    args = parser.parse_args()
+    root = Path.cwd()
+    describe(root, args.project, args.description, args.author, args.email)
+    rename(root, args.package)
+
+
+if __name__ == "__main__":
+    main()

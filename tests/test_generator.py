@@ -1,0 +1,118 @@
+"""``copier copy`` makes a renamed project of this one, and ``copier update`` brings template changes in.
+
+The template is a git repository made of this working tree (what would be committed), so the tests
+see the code as it is now. Rendering copies the files and runs ``generator/rename.py`` in the copy.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("copier", reason="copier renders the generator: pip install copier")
+
+ANSWERS = ["-d", "project_name=Retina Lab", "-d", "author=Ada Lovelace", "-d", "email=ada@example.org"]
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.org",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.org",
+}
+
+
+def _run(*command: str, cwd: Path) -> str:
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, env=os.environ | GIT_ENV, timeout=300, check=False
+    )
+    assert result.returncode == 0, f"{' '.join(command)}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def _commit(repo: Path, message: str) -> None:
+    _run("git", "add", "-A", cwd=repo)
+    _run("git", "commit", "-q", "-m", message, cwd=repo)
+
+
+def _copier(*args: str, cwd: Path) -> None:
+    _run(sys.executable, "-m", "copier", *args, "--trust", "--defaults", cwd=cwd)
+
+
+@pytest.fixture
+def template(tmp_path: Path) -> Path:
+    """A git repository holding this working tree's files (tracked, and new ones git does not ignore)."""
+    files = _run("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=ROOT).split("\0")
+    repo = tmp_path / "template"
+    for name in filter(None, files):
+        if (ROOT / name).is_file():  # a file deleted but not yet committed is listed too
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, repo / name)
+    _run("git", "init", "-q", cwd=repo)
+    _commit(repo, "template")
+    return repo
+
+
+def _traces(project: Path) -> list[str]:
+    """Paths, and lines of text files, that still say mnistlab (in any case)."""
+    found = []
+    for path in project.rglob("*"):
+        if ".git" in path.relative_to(project).parts:
+            continue
+        if "mnistlab" in path.name.lower():
+            found.append(str(path))
+        elif path.is_file():
+            text = path.read_bytes().decode(errors="ignore").lower()
+            found += [f"{path}: {line.strip()}" for line in text.splitlines() if "mnistlab" in line]
+    return found
+
+
+def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
+    project = tmp_path / "retina"
+    _copier("copy", *ANSWERS, str(template), str(project), cwd=tmp_path)
+    assert _traces(project) == []
+    assert (project / "src" / "retina_lab" / "tasks.py").is_file()
+    assert (project / "src" / "hydra_plugins" / "retina_lab_slurm").is_dir()
+    assert "_target_: retina_lab.module.Classifier" in (project / "conf" / "model" / "simple_nn.yaml").read_text()
+    assert "RETINA_LAB_EPOCH_TIMES" in (project / "benchmarks" / "speed.py").read_text()
+    pyproject = (project / "pyproject.toml").read_text()
+    assert 'name = "retina_lab"' in pyproject
+    assert 'authors = [{ name = "Ada Lovelace", email = "ada@example.org" }]' in pyproject
+    readme = (project / "README.md").read_text()
+    assert readme.startswith("# Retina Lab\n\nA deep-learning project trained with PyTorch Lightning")
+    assert "Start your own project" not in readme  # the template's own section
+    assert not (project / "generator").exists() and not (project / "copier.yml").exists()
+    assert not (project / "tests" / "test_generator.py").exists()
+    # The renamed project imports, composes its config and builds its model, as it is, from its folder.
+    check = "from retina_lab.tasks import train; import hydra; print('ok')"
+    env = os.environ | {"PYTHONPATH": str(project / "src")}
+    result = subprocess.run(
+        [sys.executable, "-c", check], cwd=project, env=env, capture_output=True, text=True, check=False
+    )
+    assert result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_update_brings_template_changes_and_keeps_the_users_own(template: Path, tmp_path: Path) -> None:
+    project = tmp_path / "retina"
+    _copier("copy", *ANSWERS, str(template), str(project), cwd=tmp_path)
+    _run("git", "init", "-q", cwd=project)
+    _commit(project, "generated")
+    trainer = project / "conf" / "trainer" / "default.yaml"
+    trainer.write_text(trainer.read_text().replace("max_epochs: 10 ", "max_epochs: 30 "))  # the user's edit
+    _commit(project, "train longer")
+
+    tasks = template / "src" / "mnistlab" / "tasks.py"  # the template's change, under the template's name
+    tasks.write_text(tasks.read_text() + "\n# A change of the template's.\n")
+    readme = template / "README.md"
+    readme.write_text(readme.read_text() + "\nA new paragraph of the template's.\n")
+    _commit(template, "a template change")
+
+    _copier("update", cwd=project)
+    assert (project / "src" / "retina_lab" / "tasks.py").read_text().endswith("# A change of the template's.\n")
+    assert (project / "README.md").read_text().endswith("A new paragraph of the template's.\n")
+    assert "max_epochs: 30 " in trainer.read_text()
+    assert _traces(project) == []
+    assert not list(project.rglob("*.rej"))
