@@ -46,8 +46,9 @@ def describe(root: Path, project: str, description: str, author: str, email: str
     pyproject = root / "pyproject.toml"
     text = re.sub(r'(?m)^description = ".*"$', f"description = {_toml(description)}", pyproject.read_text())
     text = re.sub(r"(?m)^authors = .*\n", "", text)  # copier update runs this step again
-    author_line = f"authors = [{{ name = {_toml(author)}, email = {_toml(email)} }}]"
-    pyproject.write_text(text.replace('readme = "README.md"\n', f'readme = "README.md"\n{author_line}\n', 1))
+    person = ", ".join(f"{key} = {_toml(value)}" for key, value in (("name", author), ("email", email)) if value)
+    author_line = f"authors = [{{ {person} }}]\n" if person else ""  # an empty e-mail is no valid one
+    pyproject.write_text(text.replace('readme = "README.md"\n', f'readme = "README.md"\n{author_line}', 1))
     readme = root / "README.md"
     text = TEMPLATE_ONLY.sub("", readme.read_text())  # what is about the template itself
     _, rest = text.split("\n## ", 1)  # the title and first paragraph end at the first section
