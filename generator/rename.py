@@ -11,9 +11,32 @@ template versions it compares during ``copier update``, so updates arrive in the
 
 import argparse
 import re
+import shutil
 from pathlib import Path
 
 NAME = "mnistlab"
+BLANK = Path(__file__).parent / "blank"  # the placeholders, under the template's names, copied over it
+EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-example
+    "src/mnistlab/digits.py",
+    "src/mnistlab/prediction.py",
+    "predict.py",
+    "conf/predict.yaml",
+    "conf/data/mnist.yaml",
+    "conf/data/fashion_mnist.yaml",
+    "conf/data/kmnist.yaml",
+    "tests/test_data.py",
+    "tests/test_prediction.py",
+    "tests/test_notebooks.py",
+    "notebooks/01_quickstart.ipynb",
+    "notebooks/02_distributed.ipynb",
+    "benchmarks",
+]
+PLACEHOLDERS = """
+**This project starts with placeholders:** `src/{package}/data.py` serves random images of 10 classes
+and `src/{package}/network.py` is a small MLP for them. Replace them with your data module and network,
+and `conf/data/`, `conf/model/` and the `Data` model of `src/{package}/schema.py` with them; everything
+else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
+"""
 TEMPLATE_ONLY = re.compile(r"<!-- template only -->.*?<!-- end template only -->\n*", re.DOTALL)
 
 
@@ -41,7 +64,7 @@ def _move(source: Path, target: Path) -> None:
         source.replace(target)
 
 
-def describe(root: Path, project: str, description: str, author: str, email: str) -> None:
+def describe(root: Path, project: str, package: str, description: str, author: str, email: str, example: bool) -> None:
     """The pyproject's description and author; the README's title and first paragraph."""
     pyproject = root / "pyproject.toml"
     text = re.sub(r'(?m)^description = ".*"$', f"description = {_toml(description)}", pyproject.read_text())
@@ -53,7 +76,23 @@ def describe(root: Path, project: str, description: str, author: str, email: str
     text = TEMPLATE_ONLY.sub("", readme.read_text())  # what is about the template itself
     _, rest = text.split("\n## ", 1)  # the title and first paragraph end at the first section
     intro = f"# {project}\n\n{description}\n\nBuilt on a Lightning + Hydra template for distributed training.\n"
+    if not example:
+        intro += PLACEHOLDERS.format(package=package)
     readme.write_text(f"{intro}\n## {rest}")
+
+
+def leave_out_example(root: Path) -> None:
+    """The MNIST example's own files out, the placeholders in, the config and schema pointed at them."""
+    for name in EXAMPLE_ONLY:
+        path = root / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    shutil.copytree(BLANK, root, dirs_exist_ok=True)
+    train = root / "conf" / "train.yaml"
+    train.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", train.read_text()))
+    schema = root / "src" / NAME / "schema.py"
+    data = (BLANK / "schema_data.txt").read_text()
+    schema.write_text(re.sub(r"(?s)class Data\(Target\):\n.*?\n\n\n", data + "\n\n", schema.read_text(), count=1))
+    (root / "schema_data.txt").unlink()
 
 
 def _toml(value: str) -> str:
@@ -67,9 +106,12 @@ def main() -> None:
     parser.add_argument("--description", default="")
     parser.add_argument("--author", default="")
     parser.add_argument("--email", default="")
+    parser.add_argument("--example", choices=["True", "False"], default="True", help="keep the MNIST example")
     args = parser.parse_args()
-    root = Path.cwd()
-    describe(root, args.project, args.description, args.author, args.email)
+    root, example = Path.cwd(), args.example == "True"
+    if not example and (root / "src" / NAME).is_dir():  # copier update: the template's new version, in full
+        leave_out_example(root)
+    describe(root, args.project, args.package, args.description, args.author, args.email, example)
     rename(root, args.package)
 
 

@@ -18,7 +18,6 @@ from torch import Tensor, nn
 
 from mnistlab import trained
 from mnistlab.checks import InputError
-from mnistlab.data import normalize
 
 log = logging.getLogger(__name__)
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
@@ -50,11 +49,19 @@ def export(cfg: DictConfig) -> Path:
 
 
 def _test_images(cfg: DictConfig, checkpoint: dict) -> Tensor:
-    """The first ``cfg.check_images`` test images, normalised as the network was trained."""
-    datamodule = instantiate(checkpoint["config"]["data"], data_dir=cfg.paths.data_dir)
-    datamodule.prepare_data()  # downloads MNIST when it is missing, as training does
-    images, _ = datamodule.read(train=False)
-    return normalize(images[: cfg.check_images], *trained.normalization(checkpoint))
+    """The first ``cfg.check_images`` test inputs, as the checkpoint's data module serves them to the network."""
+    data = checkpoint["config"]["data"]
+    here = {"data_dir": cfg.paths.data_dir} if "data_dir" in data else {}  # this machine's copy, not the run's
+    datamodule = instantiate(data, **here)
+    datamodule.prepare_data()  # downloads the data when it is missing, as training does
+    datamodule.setup("test")
+    batches, count = [], 0
+    for inputs, _ in datamodule.test_dataloader():
+        batches.append(inputs)
+        count += len(inputs)
+        if count >= cfg.check_images:
+            break
+    return torch.cat(batches)[: cfg.check_images]
 
 
 def _to_onnx(net: nn.Module, images: Tensor, path: Path):

@@ -1,0 +1,81 @@
+"""A placeholder for your data: random 28 x 28 images of 10 classes, each class a fixed random pattern
+under noise, so that everything else (training, checkpoints, resume, DDP, sweeps) runs and learns
+before your data is here. Replace it with your ``LightningDataModule``, and ``conf/data/`` and the
+``Data`` model of ``schema.py`` with it. What the rest of the project relies on: ``batch_size`` is
+the global batch (all devices together), and the loaders shard each batch over the ranks
+(``batches.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
+
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from mnistlab.batches import InMemoryLoader, ShardedOrder
+
+
+class PlaceholderDataModule(L.LightningDataModule):
+    def __init__(
+        self,
+        batch_size: int = 64,
+        train_size: int = 60_000,
+        val_size: int = 5_000,
+        test_size: int = 10_000,
+        num_classes: int = 10,
+        data_seed: int = 0,
+        split_seed: int = 12345,
+        shuffle_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.batch_size, self.train_size, self.val_size, self.test_size = batch_size, train_size, val_size, test_size
+        self.num_classes, self.data_seed, self.split_seed, self.shuffle_seed = (
+            num_classes,
+            data_seed,
+            split_seed,
+            shuffle_seed,
+        )
+        self.loaders: dict[str, InMemoryLoader] = {}
+
+    def setup(self, stage: str) -> None:
+        """On every rank: the same images everywhere (seeded), each rank's shard of every batch."""
+        images, labels = self._make()
+        if stage in ("fit", "validate") and "val" not in self.loaders:
+            split = torch.randperm(self.train_size, generator=torch.Generator().manual_seed(self.split_seed))
+            train, val = split[: -self.val_size], split[-self.val_size :]
+            self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
+            self.loaders["val"] = self._loader(images[val], labels[val], shuffle=False)
+        if stage in ("test", "predict") and "test" not in self.loaders:
+            test = slice(self.train_size, None)
+            self.loaders["test"] = self._loader(images[test], labels[test], shuffle=False)
+
+    def _make(self) -> tuple[Tensor, Tensor]:
+        """Training images first, then the test images: (N, 1, 28, 28) floats and (N,) labels."""
+        generator = torch.Generator().manual_seed(self.data_seed)
+        patterns = torch.randn(self.num_classes, 1, 28, 28, generator=generator)
+        count = self.train_size + self.test_size
+        labels = torch.randint(self.num_classes, (count,), generator=generator)
+        return patterns[labels] + 2 * torch.randn(count, 1, 28, 28, generator=generator), labels
+
+    def train_dataloader(self) -> InMemoryLoader:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> InMemoryLoader:
+        return self.loaders["val"]
+
+    def test_dataloader(self) -> InMemoryLoader:
+        return self.loaders["test"]
+
+    def predict_dataloader(self) -> InMemoryLoader:
+        return self.loaders["test"]
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # the loaders serve batches on the model's device already
+
+    def _loader(self, images: Tensor, labels: Tensor, shuffle: bool) -> InMemoryLoader:
+        trainer = self.trainer
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        device = trainer.strategy.root_device if trainer else torch.device("cpu")
+        # Evaluation takes any batch: rounded up to a multiple of the ranks, padding rows count nowhere.
+        batch_size = self.batch_size if shuffle else -(-self.batch_size // world_size) * world_size
+        order = ShardedOrder(len(labels), batch_size, rank, world_size, shuffle, self.shuffle_seed)
+        return InMemoryLoader(images.to(device), labels.to(device), order)
