@@ -26,7 +26,7 @@ SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 def export(cfg: DictConfig) -> Path:
     checkpoint = trained.load_checkpoint(Path(cfg.ckpt_path))
     net = trained.network(checkpoint)
-    images = _test_images(cfg, checkpoint)
+    images = sample_inputs(checkpoint, cfg.paths.data_dir, cfg.check_images)
     path = Path(cfg.output_dir) / f"model{SUFFIX[cfg.format]}"
     path.parent.mkdir(parents=True, exist_ok=True)
     run = _to_onnx(net, images, path) if cfg.format == "onnx" else _to_torchscript(net, images, path)
@@ -48,20 +48,19 @@ def export(cfg: DictConfig) -> Path:
     return path
 
 
-def _test_images(cfg: DictConfig, checkpoint: dict) -> Tensor:
-    """The first ``cfg.check_images`` test inputs, as the checkpoint's data module serves them to the network."""
+def sample_inputs(checkpoint: dict, data_dir: str, count: int) -> Tensor:
+    """The first ``count`` test inputs, as the checkpoint's data module serves them to the network."""
     data = checkpoint["config"]["data"]
-    here = {"data_dir": cfg.paths.data_dir} if "data_dir" in data else {}  # this machine's copy, not the run's
+    here = {"data_dir": data_dir} if "data_dir" in data else {}  # this machine's copy, not the run's
     datamodule = instantiate(data, **here)
     datamodule.prepare_data()  # downloads the data when it is missing, as training does
     datamodule.setup("test")
-    batches, count = [], 0
+    batches = []
     for inputs, _ in datamodule.test_dataloader():
         batches.append(inputs)
-        count += len(inputs)
-        if count >= cfg.check_images:
+        if sum(map(len, batches)) >= count:
             break
-    return torch.cat(batches)[: cfg.check_images]
+    return torch.cat(batches)[:count]
 
 
 def _to_onnx(net: nn.Module, images: Tensor, path: Path):
