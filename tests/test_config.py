@@ -113,11 +113,3 @@ def test_scheduler_group_plugs_into_the_optimizer(scheduler: str, cls: str, tmp_
     optimizers = instantiate(cfg.model).configure_optimizers()
     assert optimizers["optimizer"].param_groups[0]["lr"] == 0.01
     assert type(optimizers["lr_scheduler"]["scheduler"]).__name__ == cls
-
-
-def test_paths_follow_the_environment(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("DATA_DIR", "/somewhere/mnist")
-    cfg = compose_config("train", tmp_path)
-    assert cfg.data.data_dir == "/somewhere/mnist"
-    monkeypatch.delenv("DATA_DIR")
-    assert compose_config("train", tmp_path).data.data_dir == f"{ROOT}/data"

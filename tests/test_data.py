@@ -1,3 +1,6 @@
+"""The MNIST data module (the example's): the official split, the files checked and decoded, the data sets
+in MNIST's format, and the settings of its own that the config checks."""
+
 import shutil
 from pathlib import Path
 
@@ -6,12 +9,13 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from mnistlab.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
+from mnistlab import schema
+from mnistlab.batches import PAD_LABEL
 from mnistlab.checks import InputError
 from mnistlab.data import FILES, MNISTDataModule
 from mnistlab.tasks import train
 
-from conftest import DATA_DIR, SHORT, compose_config
+from conftest import DATA_DIR, ROOT, SHORT, compose_config, run_script
 
 
 @pytest.fixture(scope="module")
@@ -47,60 +51,6 @@ def test_every_test_image_is_served_once(datamodule: MNISTDataModule) -> None:
     real = labels[labels != PAD_LABEL]
     assert len(real) == 10_000
     assert torch.equal(real, datamodule.loaders["test"].targets)
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_shards_partition_each_global_batch(world_size: int) -> None:
-    num_samples, batch_size = 1_000, 12  # 1,000 = 83 full batches + 4
-    single = ShardedOrder(num_samples, batch_size, shuffle=True, seed=7).indices()
-    shards = [
-        ShardedOrder(num_samples, batch_size, r, world_size, shuffle=True, seed=7).indices() for r in range(world_size)
-    ]
-    assert all(s.shape == (84, batch_size // world_size) for s in shards)
-    for step in range(len(single)):
-        together = torch.cat([s[step] for s in shards])
-        assert sorted(together.tolist()) == sorted(single[step].tolist())
-    seen = torch.cat([s.flatten() for s in shards])
-    seen = seen[seen >= 0]
-    assert sorted(seen.tolist()) == list(range(num_samples))  # each sample once, on one rank
-    padding = [int((s[-1] < 0).sum()) for s in shards]
-    assert sum(padding) == 84 * batch_size - num_samples and max(padding) - min(padding) <= 1
-
-
-def test_each_epoch_reshuffles_reproducibly() -> None:
-    order = ShardedOrder(100, 10, shuffle=True, seed=3)
-    first = order.indices()
-    order.set_epoch(1)
-    second = order.indices()
-    assert not torch.equal(first, second)
-    assert sorted(first.flatten().tolist()) == sorted(second.flatten().tolist())
-    order.set_epoch(0)
-    assert torch.equal(order.indices(), first)
-
-
-def test_loader_resumes_mid_epoch_at_the_same_batch() -> None:
-    def loader() -> InMemoryLoader:
-        order = ShardedOrder(100, 10, rank=1, world_size=2, shuffle=True, seed=5)
-        return InMemoryLoader(torch.arange(100).float(), torch.arange(100), order)
-
-    uninterrupted = loader()
-    uninterrupted.sampler.set_epoch(2)
-    expected = [y for _, y in uninterrupted]
-    interrupted = loader()
-    interrupted.sampler.set_epoch(2)
-    batches = iter(interrupted)
-    for _ in range(4):
-        next(batches)
-    resumed = loader()
-    resumed.load_state_dict(interrupted.state_dict())
-    resumed.sampler.set_epoch(2)  # Lightning sets the epoch again before iterating
-    rest = [y for _, y in resumed]
-    assert len(rest) == 6 and all(torch.equal(a, b) for a, b in zip(rest, expected[4:]))
-
-
-def test_batch_size_must_divide_by_the_world_size() -> None:
-    with pytest.raises(InputError, match="data.batch_size=64 .* world size 3"):
-        ShardedOrder(1_000, 64, rank=0, world_size=3)
 
 
 def test_missing_files_name_the_folder_and_the_files(tmp_path: Path) -> None:
@@ -145,25 +95,6 @@ def test_malformed_file_is_refused_clearly(tmp_path: Path) -> None:
         file.write(b"\xff" * 16)  # a broken header, at the right size
     with pytest.raises(InputError, match=r"t10k-images-idx3-ubyte is not an IDX file of bytes \(its first 4 bytes"):
         MNISTDataModule(str(tmp_path)).prepare_data()
-
-
-def _reference_batches(num_samples: int, batch_size: int, rank: int, world_size: int, seed: int, epoch: int):
-    """The batches written the plain way: shuffle, cut into global batches, deal each out by rank."""
-    order = torch.randperm(num_samples, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
-    for start in range(0, num_samples, batch_size):
-        yield order[start : start + batch_size][rank::world_size]
-
-
-@pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_loader_serves_the_reference_batches(world_size: int) -> None:
-    num_samples, batch_size, seed = 1_003, 16, 11
-    for rank in range(world_size):
-        order = ShardedOrder(num_samples, batch_size, rank, world_size, shuffle=True, seed=seed)
-        loader = InMemoryLoader(torch.zeros(num_samples, 2), torch.arange(num_samples), order)
-        for epoch in (0, 1):
-            loader.sampler.set_epoch(epoch)
-            served = [y[y != PAD_LABEL].tolist() for _, y in loader]
-            assert served == list(_reference_batches(num_samples, batch_size, rank, world_size, seed, epoch))
 
 
 def test_lightning_sets_the_epoch_so_each_epoch_reshuffles(tmp_path: Path) -> None:
@@ -241,3 +172,26 @@ def test_another_data_set_downloads_its_own_files(tmp_path: Path, monkeypatch) -
     with pytest.raises(InputError, match=r"KMNIST is missing from .*/KMNIST/raw"):  # the stub fetched nothing
         MNISTDataModule(str(tmp_path), dataset="KMNIST").prepare_data()
     assert fetched and fetched[0] == str(tmp_path / "KMNIST" / "raw")
+
+
+def test_a_validation_split_as_large_as_the_training_files_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as refused:
+        schema.check(compose_config("train", tmp_path, ["data.val_size=70000"]), schema.TrainConfig)
+    assert str(refused.value).startswith("data.val_size=70000: should be less than or equal to 59999")
+
+
+def test_a_data_folder_that_cannot_be_read_is_one_line_and_leaves_no_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    result = run_script("train.py", f"paths.data_dir={tmp_path / 'file'}", f"paths.log_dir={tmp_path / 'out'}")
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(f"Error: MNIST is missing from {tmp_path / 'file' / 'MNIST' / 'raw'}")
+    assert "Traceback" not in result.stderr
+    assert not list((tmp_path / "out" / "train" / "runs").iterdir())
+
+
+def test_paths_follow_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DATA_DIR", "/somewhere/mnist")
+    cfg = compose_config("train", tmp_path)
+    assert cfg.data.data_dir == "/somewhere/mnist"
+    monkeypatch.delenv("DATA_DIR")
+    assert compose_config("train", tmp_path).data.data_dir == f"{ROOT}/data"

@@ -95,6 +95,26 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     assert result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_path: Path) -> None:
+    project = tmp_path / "blank"
+    _copier("copy", "-d", "project_name=Blank Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
+    assert _traces(project) == []
+    for gone in ("predict.py", "conf/data/mnist.yaml", "src/blank_lab/digits.py", "tests/test_data.py", "benchmarks"):
+        assert not (project / gone).exists(), gone
+    assert (
+        "_target_: blank_lab.data.PlaceholderDataModule" in (project / "conf" / "data" / "placeholder.yaml").read_text()
+    )
+    assert "**This project starts with placeholders:**" in (project / "README.md").read_text()
+    env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
+    command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={tmp_path / 'outputs'}"]
+    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    refused = subprocess.run(
+        [*command, "data.val_size=60000"], cwd=project, env=env, capture_output=True, text=True, check=False
+    )
+    assert refused.stderr.strip() == "Error: data.val_size=60000 leaves no training images of data.train_size=60000"
+
+
 def test_update_brings_template_changes_and_keeps_the_users_own(template: Path, tmp_path: Path) -> None:
     project = tmp_path / "retina"
     _copier("copy", *ANSWERS, str(template), str(project), cwd=tmp_path)

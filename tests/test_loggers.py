@@ -1,6 +1,7 @@
 """logger=mlflow and logger=wandb, run for real: each store read back after a short run."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,11 @@ def test_wandb_writes_an_offline_run_that_can_be_synced_later(tmp_path: Path, mo
     (run,) = (tmp_path / "wandb").glob("offline-run-*")
     (records,) = run.glob("run-*.wandb")  # what `wandb sync` uploads
     # wandb 0.31 reads these files only in its Go core: look for the protobuf records' strings instead.
-    data = records.read_bytes()
+    # Its core process writes them on its own schedule: once, in CI, finish() returned before it had
+    # written more than the header; give it a minute.
+    deadline = time.monotonic() + 60
+    while b"val/acc_best" not in (data := records.read_bytes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert data.startswith(b":W&B")
     for key in ("test/acc", "val/acc_best"):
         assert key.encode() + b"\x82\x01" in data and json.dumps(metrics[key]).encode() in data  # key, its value

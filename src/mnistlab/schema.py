@@ -242,7 +242,7 @@ def _describe(err: ValidationError, values: dict[str, Any]) -> str:
         return f"{where} is missing from the config: give it a value ({where}=...), as conf/ does"
     if problem["type"] == "extra_forbidden":
         return f"{key} is not a setting of {key.rpartition('.')[0]}: remove it, or check its spelling"
-    if not key:  # a check across keys (model_validator): its message names them
+    if problem["type"] == "value_error":  # a check across keys (model_validator): its message names them
         return problem["msg"].removeprefix("Value error, ")
     allowed = [p["msg"].removeprefix("Input should be ") for p, k, _ in problems if k == key]
     others = len({k for _, k, _ in problems if not key.startswith(k)})

@@ -25,8 +25,10 @@ class PlaceholderDataModule(L.LightningDataModule):
         data_seed: int = 0,
         split_seed: int = 12345,
         shuffle_seed: int = 0,
+        prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
+        self.prepare_data_per_node = prepare_data_per_node  # Lightning's: where prepare_data runs (nothing here)
         self.batch_size, self.train_size, self.val_size, self.test_size = batch_size, train_size, val_size, test_size
         self.num_classes, self.data_seed, self.split_seed, self.shuffle_seed = (
             num_classes,
