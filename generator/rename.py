@@ -87,8 +87,9 @@ def leave_out_example(root: Path) -> None:
         path = root / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
     shutil.copytree(BLANK, root, dirs_exist_ok=True)
-    train = root / "conf" / "train.yaml"
-    train.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", train.read_text()))
+    for entry in ("train", "eval"):
+        path = root / "conf" / f"{entry}.yaml"
+        path.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", path.read_text()))
     schema = root / "src" / NAME / "schema.py"
     data = (BLANK / "schema_data.txt").read_text()
     schema.write_text(re.sub(r"(?s)class Data\(Target\):\n.*?\n\n\n", data + "\n\n", schema.read_text(), count=1))
