@@ -136,3 +136,24 @@ def test_update_brings_template_changes_and_keeps_the_users_own(template: Path, 
     assert "max_epochs: 30 " in trainer.read_text()
     assert _traces(project) == []
     assert not list(project.rglob("*.rej"))
+
+
+def test_update_without_the_example_keeps_the_users_data_module(template: Path, tmp_path: Path) -> None:
+    project = tmp_path / "blank"
+    _copier("copy", "-d", "project_name=Blank Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
+    _run("git", "init", "-q", cwd=project)
+    _commit(project, "generated")
+    data = project / "src" / "blank_lab" / "data.py"
+    data.write_text('"""My own data module."""\n')  # the placeholder replaced, as its README asks
+    _commit(project, "my data")
+
+    tasks = template / "src" / "mnistlab" / "tasks.py"
+    tasks.write_text(tasks.read_text() + "\n# A change of the template's.\n")
+    _commit(template, "a template change")
+
+    _copier("update", cwd=project)
+    assert (project / "src" / "blank_lab" / "tasks.py").read_text().endswith("# A change of the template's.\n")
+    assert data.read_text() == '"""My own data module."""\n'
+    assert not (project / "predict.py").exists() and not (project / "conf" / "data" / "mnist.yaml").exists()
+    assert _traces(project) == []
+    assert not list(project.rglob("*.rej"))
