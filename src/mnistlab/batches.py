@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import lightning as L
 import torch
 from torch import Tensor
 
@@ -106,3 +107,45 @@ class InMemoryLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sampler.epoch, self.sampler.seed = state["epoch"], state["seed"]
         self.sampler.start = self.served = state["served"]
+
+
+class InMemoryDataModule(L.LightningDataModule):
+    r"""What a data module held in memory shares: its splits as :class:`InMemoryLoader`\ s in ``loaders``
+    (``setup`` fills them through :meth:`_loader`), each sharded for this rank and on the model's device.
+    ``batch_size`` and ``shuffle_seed`` are set by the subclass."""
+
+    batch_size: int
+    shuffle_seed: int
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaders: dict[str, InMemoryLoader] = {}
+
+    def train_dataloader(self) -> InMemoryLoader:
+        return self.loaders["train"]
+
+    def val_dataloader(self) -> InMemoryLoader:
+        return self.loaders["val"]
+
+    def test_dataloader(self) -> InMemoryLoader:
+        return self.loaders["test"]
+
+    def predict_dataloader(self) -> InMemoryLoader:
+        return self.loaders["test"]
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        return batch  # the loaders serve batches on the model's device already
+
+    def on_device(self, inputs: Tensor) -> Tensor:
+        """A split's inputs once on the model's device, before batching: e.g. normalised there, once."""
+        return inputs
+
+    def _loader(self, inputs: Tensor, labels: Tensor, shuffle: bool) -> InMemoryLoader:
+        trainer = self.trainer
+        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        device = trainer.strategy.root_device if trainer else torch.device("cpu")
+        # Training needs the batch to divide (refused otherwise); evaluation counts every sample once whatever
+        # the batch (padding rows count nowhere), so its batch is rounded up to the next multiple instead.
+        batch_size = self.batch_size if shuffle else -(-self.batch_size // world_size) * world_size
+        order = ShardedOrder(len(labels), batch_size, rank, world_size, shuffle, self.shuffle_seed)
+        return InMemoryLoader(self.on_device(inputs.to(device)), labels.to(device), order)

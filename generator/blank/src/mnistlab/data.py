@@ -5,16 +5,13 @@ before your data is here. Replace it with your ``LightningDataModule``, and ``co
 the global batch (all devices together), and the loaders shard each batch over the ranks
 (``batches.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
 
-from typing import Any
-
-import lightning as L
 import torch
 from torch import Tensor
 
-from mnistlab.batches import InMemoryLoader, ShardedOrder
+from mnistlab.batches import InMemoryDataModule
 
 
-class PlaceholderDataModule(L.LightningDataModule):
+class PlaceholderDataModule(InMemoryDataModule):
     def __init__(
         self,
         batch_size: int = 64,
@@ -36,7 +33,6 @@ class PlaceholderDataModule(L.LightningDataModule):
             split_seed,
             shuffle_seed,
         )
-        self.loaders: dict[str, InMemoryLoader] = {}
 
     def setup(self, stage: str) -> None:
         """On every rank: the same images everywhere (seeded), each rank's shard of every batch."""
@@ -57,27 +53,3 @@ class PlaceholderDataModule(L.LightningDataModule):
         count = self.train_size + self.test_size
         labels = torch.randint(self.num_classes, (count,), generator=generator)
         return patterns[labels] + 2 * torch.randn(count, 1, 28, 28, generator=generator), labels
-
-    def train_dataloader(self) -> InMemoryLoader:
-        return self.loaders["train"]
-
-    def val_dataloader(self) -> InMemoryLoader:
-        return self.loaders["val"]
-
-    def test_dataloader(self) -> InMemoryLoader:
-        return self.loaders["test"]
-
-    def predict_dataloader(self) -> InMemoryLoader:
-        return self.loaders["test"]
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        return batch  # the loaders serve batches on the model's device already
-
-    def _loader(self, images: Tensor, labels: Tensor, shuffle: bool) -> InMemoryLoader:
-        trainer = self.trainer
-        rank, world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
-        device = trainer.strategy.root_device if trainer else torch.device("cpu")
-        # Evaluation takes any batch: rounded up to a multiple of the ranks, padding rows count nowhere.
-        batch_size = self.batch_size if shuffle else -(-self.batch_size // world_size) * world_size
-        order = ShardedOrder(len(labels), batch_size, rank, world_size, shuffle, self.shuffle_seed)
-        return InMemoryLoader(images.to(device), labels.to(device), order)
