@@ -102,14 +102,6 @@ def test_bad_input_is_refused_with_a_clear_message(script: str, overrides: list[
 
 
 @pytest.mark.slow
-def test_defaults_reach_98_percent(tmp_path: Path) -> None:
-    """The default config, unchanged (10 epochs, cosine schedule): the best checkpoint must reach 98%
-    test accuracy; the seed's recipe (a constant lr) reached 97.5%."""
-    metrics = train(compose_config("train", tmp_path, ["logger=none"]))
-    assert metrics["test/acc"] >= 0.98
-
-
-@pytest.mark.slow
 def test_multirun_sweep_writes_one_job_folder_per_job(tmp_path: Path) -> None:
     result = run_script("train.py", "-m", "model.optimizer.lr=1e-3,3e-3", *SHORT, f"paths.log_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
