@@ -5,8 +5,10 @@ The template's files carry no placeholders, so that it stays a normal project th
 and passes its tests; copier copies them as they are and this step renames: the package folder and
 every other path holding the name, the name in every text file (imports, ``_target_`` paths in
 ``conf/``, ``MNISTLAB_*`` environment variables, the pyproject's name and extras), the pyproject's
-description and author, and the README's title and first paragraph. Copier runs it again on both
-template versions it compares during ``copier update``, so updates arrive in the renamed files.
+description and author, and the README's title and first paragraph. With ``--example=False`` it
+first leaves the MNIST example out and puts the placeholders of ``generator/blank/`` in its place.
+Copier runs it again on both template versions it compares during ``copier update``, and in the
+project after writing the new version there, so updates arrive in the renamed files.
 """
 
 import argparse
@@ -85,7 +87,10 @@ def leave_out_example(root: Path) -> None:
     """The MNIST example's own files out, the placeholders in, the config and schema pointed at them."""
     for name in EXAMPLE_ONLY:
         path = root / name
-        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
     shutil.copytree(BLANK, root, dirs_exist_ok=True)
     for entry in ("train", "eval"):
         path = root / "conf" / f"{entry}.yaml"
@@ -110,7 +115,7 @@ def main() -> None:
     parser.add_argument("--example", choices=["True", "False"], default="True", help="keep the MNIST example")
     args = parser.parse_args()
     root, example = Path.cwd(), args.example == "True"
-    if not example and (root / "src" / NAME).is_dir():  # copier update: the template's new version, in full
+    if not example and (root / "src" / NAME).is_dir():  # the template's files, as copied (or updated) just now
         leave_out_example(root)
     describe(root, args.project, args.package, args.description, args.author, args.email, example)
     rename(root, args.package)
