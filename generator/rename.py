@@ -40,6 +40,7 @@ and `conf/data/`, `conf/model/` and the `Data` model of `src/{package}/schema.py
 else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
 """
 TEMPLATE_ONLY = re.compile(r"<!-- template only -->.*?<!-- end template only -->\n*", re.DOTALL)
+EXAMPLE_ONLY_TEXT = re.compile(r"<!-- example only -->.*?<!-- end example only -->\n*", re.DOTALL)
 
 
 def rename(root: Path, package: str) -> None:
@@ -76,6 +77,7 @@ def describe(root: Path, project: str, package: str, description: str, author: s
     pyproject.write_text(text.replace('readme = "README.md"\n', f'readme = "README.md"\n{author_line}', 1))
     readme = root / "README.md"
     text = TEMPLATE_ONLY.sub("", readme.read_text())  # what is about the template itself
+    text = text if example else EXAMPLE_ONLY_TEXT.sub("", text)  # digit prediction, the MNIST benchmarks
     _, rest = text.split("\n## ", 1)  # the title and first paragraph end at the first section
     intro = f"# {project}\n\n{description}\n\nBuilt on a Lightning + Hydra template for distributed training.\n"
     if not example:

@@ -84,6 +84,7 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     readme = (project / "README.md").read_text()
     assert readme.startswith("# Retina Lab\n\nA deep-learning project trained with PyTorch Lightning")
     assert "Start your own project" not in readme  # the template's own section
+    assert "**Predict.**" in readme and "## Speed" in readme  # the example's, kept with it
     assert not (project / "generator").exists() and not (project / "copier.yml").exists()
     assert not (project / "tests" / "test_generator.py").exists()
     # The renamed project imports, composes its config and builds its model, as it is, from its folder.
@@ -104,7 +105,9 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     assert (
         "_target_: blank_lab.data.PlaceholderDataModule" in (project / "conf" / "data" / "placeholder.yaml").read_text()
     )
-    assert "**This project starts with placeholders:**" in (project / "README.md").read_text()
+    readme = (project / "README.md").read_text()
+    assert "**This project starts with placeholders:**" in readme
+    assert "**Predict.**" not in readme and "## Speed" not in readme and "example only -->" not in readme
     env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
     command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={tmp_path / 'outputs'}"]
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False)
