@@ -55,10 +55,11 @@ def sample_inputs(checkpoint: dict, data_dir: str, count: int) -> Tensor:
     datamodule = instantiate(data, **here)
     datamodule.prepare_data()  # downloads the data when it is missing, as training does
     datamodule.setup("test")
-    batches = []
+    batches, served = [], 0
     for inputs, _ in datamodule.test_dataloader():
         batches.append(inputs)
-        if sum(map(len, batches)) >= count:
+        served += len(inputs)
+        if served >= count:
             break
     return torch.cat(batches)[:count]
 

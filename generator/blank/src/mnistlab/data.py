@@ -10,8 +10,8 @@ from torch import Tensor
 
 from mnistlab.batches import InMemoryDataModule
 
-# Pixel noise against class patterns of standard deviation 1: SimpleNN gets to about 97% in two epochs
-# (89% after 20 steps), so that metrics move as they would on real data rather than sit at 1.0.
+# Pixel noise against class patterns of standard deviation 1: the default train.py reaches 98.5% test
+# accuracy in two epochs (89% after 20 steps), so metrics move as on real data rather than sit at 1.0.
 NOISE = 6.0
 
 
@@ -30,30 +30,25 @@ class PlaceholderDataModule(InMemoryDataModule):
     ) -> None:
         super().__init__()
         self.prepare_data_per_node = prepare_data_per_node  # Lightning's: where prepare_data runs (nothing here)
-        self.batch_size, self.train_size, self.val_size, self.test_size = batch_size, train_size, val_size, test_size
-        self.num_classes, self.data_seed, self.split_seed, self.shuffle_seed = (
-            num_classes,
-            data_seed,
-            split_seed,
-            shuffle_seed,
-        )
+        self.batch_size, self.shuffle_seed = batch_size, shuffle_seed
+        self.train_size, self.val_size, self.test_size = train_size, val_size, test_size
+        self.num_classes, self.data_seed, self.split_seed = num_classes, data_seed, split_seed
 
     def setup(self, stage: str) -> None:
         """On every rank: the same images everywhere (seeded), each rank's shard of every batch."""
-        images, labels = self._make()
         if stage in ("fit", "validate") and "val" not in self.loaders:
-            split = torch.randperm(self.train_size, generator=torch.Generator().manual_seed(self.split_seed))
-            train, val = split[: -self.val_size], split[-self.val_size :]
+            images, labels = self._draw(self.train_size, split=0)
+            order = torch.randperm(self.train_size, generator=torch.Generator().manual_seed(self.split_seed))
+            train, val = order[: -self.val_size], order[-self.val_size :]
             self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
             self.loaders["val"] = self._loader(images[val], labels[val], shuffle=False)
         if stage in ("test", "predict") and "test" not in self.loaders:
-            test = slice(self.train_size, None)
-            self.loaders["test"] = self._loader(images[test], labels[test], shuffle=False)
+            self.loaders["test"] = self._loader(*self._draw(self.test_size, split=1), shuffle=False)
 
-    def _make(self) -> tuple[Tensor, Tensor]:
-        """Training images first, then the test images: (N, 1, 28, 28) floats and (N,) labels."""
-        generator = torch.Generator().manual_seed(self.data_seed)
-        patterns = torch.randn(self.num_classes, 1, 28, 28, generator=generator)
-        count = self.train_size + self.test_size
+    def _draw(self, count: int, split: int) -> tuple[Tensor, Tensor]:
+        """``count`` images (N, 1, 28, 28) and labels of one split (0: training, 1: test): the same class
+        patterns for both, each split its own labels and noise, so a stage draws only what it uses."""
+        patterns = torch.randn(self.num_classes, 1, 28, 28, generator=torch.Generator().manual_seed(self.data_seed))
+        generator = torch.Generator().manual_seed(self.data_seed + 1 + split)
         labels = torch.randint(self.num_classes, (count,), generator=generator)
         return patterns[labels] + NOISE * torch.randn(count, 1, 28, 28, generator=generator), labels
