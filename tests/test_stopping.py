@@ -43,7 +43,7 @@ def test_a_signal_saves_at_the_next_step_and_the_resumed_run_ends_the_same(name,
     assert _last(tmp_path)["global_step"] == 43  # the step the signal arrived in, not the last epoch end
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL  # handlers restored
 
-    resumed = train(compose_config("train", tmp_path, RUN))  # what resume= composes: same folder, same overrides
+    resumed = train(compose_config("train", tmp_path, [*RUN, f"resume={tmp_path}"]))  # what resume= composes
     whole, metrics = uninterrupted
     assert_same_weights(_last(whole), _last(tmp_path))
     assert resumed["test/acc"] == metrics["test/acc"]

@@ -7,6 +7,7 @@ from hydra.utils import instantiate
 
 from mnistlab.checkpoint_io import AtomicCheckpointIO
 from mnistlab.checks import InputError
+from mnistlab.run_folder import RUN_ID
 from mnistlab.tasks import evaluate, train
 
 from conftest import SHORT, compose_config, run_script
@@ -113,8 +114,9 @@ def test_multirun_sweep_writes_one_job_folder_per_job(tmp_path: Path) -> None:
         assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
 
 
-def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog) -> None:
-    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command."""
+def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog, monkeypatch) -> None:
+    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command, same launch."""
+    monkeypatch.setenv(RUN_ID, "slurm-1234")  # what a requeued job's ranks are given again (launch.py)
     overrides = ["trainer.limit_train_batches=10", "trainer.limit_val_batches=2", "test=false", "logger=none"]
     first = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
     assert "Restored all states" not in caplog.text
@@ -149,7 +151,7 @@ def test_a_checkpoint_write_cut_short_leaves_the_previous_file_whole(tmp_path: P
     with pytest.raises(KeyboardInterrupt):
         AtomicCheckpointIO().save_checkpoint({"global_step": 2}, path)
     monkeypatch.undo()
-    assert torch.load(path, weights_only=True) == {"global_step": 1}
+    assert torch.load(path, weights_only=True)["global_step"] == 1
     assert [p.name for p in path.parent.iterdir()] == ["last.ckpt"]  # and no partial file left behind
 
 

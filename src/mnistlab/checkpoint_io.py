@@ -1,35 +1,74 @@
-"""Checkpoint files that appear whole or not at all, wherever the run folder lives."""
+"""Checkpoint files that appear whole or not at all, say which run wrote them, and are read as data."""
 
+import errno
+import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from mnistlab import launch
+from mnistlab.checks import InputError
+from mnistlab.trained import load_checkpoint
+
+RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
+log = logging.getLogger(__name__)
+
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint writer, with the temporary file beside the target.
+    """Lightning's checkpoint writer and reader, with three changes.
 
-    Lightning writes a checkpoint to the system's temporary folder, then moves it into place: a
-    rename when both sit on one file system, but a copy onto the target when they do not (a node's
-    /tmp and a cluster's shared disk), and a job killed during that copy (a time limit, a
-    preemption) leaves a truncated last.ckpt that its requeued run cannot resume from. Written
-    beside the target and flushed to disk first, the file only ever changes by a rename, which is
-    atomic. Remote paths (``s3://`` and the like) keep Lightning's own writer.
+    Written beside the target, under a name no other writer uses, flushed, then renamed over it.
+    Lightning writes to the system's temporary folder and moves the file into place: a rename on one
+    file system, but a copy onto the target across two (a node's /tmp and a cluster's shared disk),
+    and a job killed during that copy leaves a truncated last.ckpt its requeued run cannot resume
+    from. A rename is atomic; a partial name of its own per write keeps two writers of one folder
+    from renaming each other's half-written files. Remote paths (``s3://``) keep Lightning's writer.
+
+    Stamped with the run that wrote it (``run_id``), so that a run tells its own last.ckpt from
+    another's (``tasks._last_checkpoint``).
+
+    Read with ``weights_only=True`` and from local files only: a checkpoint is data (README: Trust).
+    Lightning would load a URL, and fall back to full unpickling for a file that fails the check.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
+        checkpoint[RUN_ID_KEY] = launch.run_id()
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial")
+        descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+        partial = Path(name)
         try:
-            with partial.open("wb") as file:
+            with os.fdopen(descriptor, "wb") as file:
                 torch.save(checkpoint, file)
                 file.flush()
                 os.fsync(file.fileno())  # on disk before it takes the target's name: survives a node crash
             os.replace(partial, target)
+        except (OSError, RuntimeError) as err:
+            written = partial.stat().st_size if partial.exists() else 0
+            partial.unlink(missing_ok=True)
+            raise _write_failure(target, err, written) from err
         finally:
             partial.unlink(missing_ok=True)
+
+    def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
+        return load_checkpoint(path, map_location=map_location)
+
+
+def _write_failure(target: Path, err: Exception, written: int) -> Exception:
+    """A failed write as one line naming the folder and its free space. On a full disk torch's own
+    message is 40 lines from its zip writer ("file write failed") that never say why."""
+    free = shutil.disk_usage(target.parent).free  # the partial file is gone: what the next try would have
+    full = getattr(err, "errno", None) == errno.ENOSPC or free < 2 * written
+    reason = "no space left on its disk" if full else " ".join(str(err).split())[:200]
+    return InputError(
+        f"cannot write the checkpoint {target}: {reason} ({free / 2**20:.1f} MiB free in {target.parent}). "
+        "The checkpoints written before it are intact; once it can be written, continue with "
+        f"python train.py resume={target.parent.parent}"
+    )

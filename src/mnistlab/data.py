@@ -1,7 +1,11 @@
 """MNIST (and the data sets in its file format: Fashion-MNIST, KMNIST) as a ``LightningDataModule``:
 the official 60k/10k split, decoded once, served from memory."""
 
+import logging
 import math
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,7 @@ from mnistlab.checks import InputError
 # The four files of torchvision's layout (<data_dir>/<data set>/raw/), the same for every data set in
 # MNIST's format. Each is an IDX file: a magic number (0x0000080<dimensions>: unsigned bytes), the size of
 # each dimension (4 bytes each, big-endian), then one byte per pixel or label.
+log = logging.getLogger(__name__)
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
@@ -37,6 +42,8 @@ class MNISTDataModule(InMemoryDataModule):
         mean: float = 0.1307,
         std: float = 0.3081,
         download: bool = True,
+        download_timeout: float = 30.0,
+        num_classes: int = 10,
         prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
@@ -46,18 +53,25 @@ class MNISTDataModule(InMemoryDataModule):
         self.dataset = dataset  # torchvision.datasets' class: MNIST, FashionMNIST, KMNIST
         self.raw_dir = Path(data_dir) / dataset / "raw"
         self.batch_size, self.val_size, self.split_seed = batch_size, val_size, split_seed
-        self.shuffle_seed, self.download = shuffle_seed, download
-        self.mean, self.std = mean, std
+        self.shuffle_seed, self.download, self.download_timeout = shuffle_seed, download, download_timeout
+        self.mean, self.std, self.num_classes = mean, std, num_classes
+        self._dataset_class()  # a name from a checkpoint's config is data: only MNIST's kin are looked up
 
     def prepare_data(self) -> None:
         """Runs on one process per node, or one in all (prepare_data_per_node): download, then check."""
         missing = [name for name in FILES if not (self.raw_dir / name).is_file()]
         if missing and self.download:
+            log.info(
+                "Downloading %s into %s (each try gives up after %g s without an answer: data.download_timeout)",
+                *(self.dataset, self.raw_dir, self.download_timeout),
+            )
             try:
-                for train in (True, False):
-                    self._torchvision(train=train, download=True)
+                with _socket_timeout(self.download_timeout):
+                    for train in (True, False):
+                        self._torchvision(train=train, download=True)
             except (OSError, RuntimeError) as err:
-                raise InputError(self._missing_message(missing, f"the download failed: {err}")) from err
+                failure = " ".join(str(err).split())  # torchvision's lists every mirror, a line each
+                raise InputError(self._missing_message(missing, f"the download failed: {failure}")) from err
         elif missing:
             raise InputError(self._missing_message(missing, "data.download is false"))
         self._check_sizes()
@@ -96,12 +110,33 @@ class MNISTDataModule(InMemoryDataModule):
                 f"cannot decode the {self.dataset} {split} files in {self.raw_dir} ({err!r}); "
                 "delete them to download them again, or replace them by hand"
             ) from err
+        self._check_labels(dataset.targets, self.raw_dir / f"{split}-labels-idx1-ubyte")
         return dataset.data, dataset.targets
 
-    def _torchvision(self, train: bool, download: bool) -> Any:
+    def _check_labels(self, labels: Tensor, path: Path) -> None:
+        """Refused when read, not when their batch is reached (an IndexError hours in; on a GPU a
+        device-side assert that names nothing)."""
+        bad = ((labels < 0) | (labels >= self.num_classes)).nonzero()
+        if len(bad):
+            index = int(bad[0])
+            raise InputError(
+                f"{path}: label {int(labels[index])} at index {index} is not a class of 0..{self.num_classes - 1} "
+                f"({len(bad):,} such labels); fix the file, or set model.net.num_classes to the number of classes"
+            )
+
+    def _dataset_class(self) -> type:
         import torchvision.datasets
 
-        return getattr(torchvision.datasets, self.dataset)(self.raw_dir.parent.parent, train=train, download=download)
+        found = getattr(torchvision.datasets, self.dataset, None)
+        if not (isinstance(found, type) and issubclass(found, torchvision.datasets.MNIST)):
+            raise InputError(
+                f"data.dataset={self.dataset}: not a torchvision data set in MNIST's format "
+                "(MNIST, FashionMNIST, KMNIST, QMNIST, EMNIST)"
+            )
+        return found
+
+    def _torchvision(self, train: bool, download: bool) -> Any:
+        return self._dataset_class()(self.raw_dir.parent.parent, train=train, download=download)
 
     def _check_sizes(self, names: tuple[str, ...] | list[str] = FILES) -> None:
         """Each file holds what its header says: a copy cut short (a download, a disk) is caught here."""
@@ -128,3 +163,15 @@ class MNISTDataModule(InMemoryDataModule):
             "downloads them), or point paths.data_dir (or the DATA_DIR environment variable) at a folder holding "
             f"{self.dataset}/raw/ with them"
         )
+
+
+@contextmanager
+def _socket_timeout(seconds: float) -> Iterator[None]:
+    """A timeout for every connection and read this process opens meanwhile: torchvision's downloads
+    take none, and a mirror that never answers would hold the run for minutes, silently."""
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(before)

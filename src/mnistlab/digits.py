@@ -6,6 +6,7 @@ prepared here, come back pixel for pixel (all of the first 1,000): the whole ima
 faint anti-aliased edge stays, and the centring offsets round as MNIST's did.
 """
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,10 @@ from mnistlab.checks import InputError
 
 SUFFIXES = {".png", ".jpg", ".jpeg"}
 BOX, FIELD = 20, 28  # the digit's box and the image, in pixels
+# A larger image is reduced by a whole factor as it is read, to a longer side of 256-511 pixels: at
+# least 12 times the box, so the digit keeps its shape (MNIST's own digits, written at 2-3 times their
+# size, are not reduced and come back pixel for pixel).
+REDUCED_SIDE = 256
 
 
 def find(input: Path) -> list[Path]:
@@ -29,16 +34,34 @@ def find(input: Path) -> list[Path]:
     return files
 
 
-def load(path: Path) -> np.ndarray:
-    """The image at ``path``, prepared: float32 (28, 28), 0 (background) to 255 (ink)."""
+def load(path: Path, max_pixels: int) -> np.ndarray:
+    """The image at ``path``, prepared: float32 (28, 28), 0 (background) to 255 (ink).
+
+    An image is data from anyone: its size is read from its header and refused above ``max_pixels``
+    before anything is decoded (a 150 KB PNG can hold 144 million pixels: 2.8 GB and 10 s), and a
+    large one is reduced while it is decoded (JPEG's draft mode) or right after, before it becomes
+    floats; digits this large have no detail a 20 x 20 box keeps.
+    """
+    warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # PIL's own limit: ours is checked below
     try:
         with Image.open(path) as image:
+            if (pixels := image.width * image.height) > max_pixels:
+                raise InputError(f"{path} has {pixels:,} pixels, over max_pixels={max_pixels:,} (a config value)")
+            factor = _reduction(image.size)
+            image.draft("L", (image.width // factor, image.height // factor))  # JPEG: decoded at 1/2 to 1/8
             if image.mode in ("RGBA", "LA", "P"):  # transparency: onto white, as it would be shown
                 image = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
-            grey = np.asarray(image.convert("L"), dtype=np.float32)
-    except (UnidentifiedImageError, OSError) as err:
+            grey = image.convert("L").reduce(_reduction(image.size))
+    except InputError:
+        raise
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as err:
         raise InputError(f"{path} is not an image PIL can read (PNG, JPEG): {err}") from None
-    return prepare(grey)
+    return prepare(np.asarray(grey, dtype=np.float32))
+
+
+def _reduction(size: tuple[int, int]) -> int:
+    """The whole factor that brings the longer side down to no less than REDUCED_SIDE pixels."""
+    return max(1, max(size) // REDUCED_SIDE)
 
 
 def prepare(grey: np.ndarray) -> np.ndarray:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
@@ -50,9 +49,7 @@ def export(cfg: DictConfig) -> Path:
 
 def sample_inputs(checkpoint: dict, data_dir: str, count: int) -> Tensor:
     """The first ``count`` test inputs, as the checkpoint's data module serves them to the network."""
-    data = checkpoint["config"]["data"]
-    here = {"data_dir": data_dir} if "data_dir" in data else {}  # this machine's copy, not the run's
-    datamodule = instantiate(data, **here)
+    datamodule = trained.datamodule(checkpoint, data_dir=data_dir)  # this machine's copy, not the run's
     datamodule.prepare_data()  # downloads the data when it is missing, as training does
     datamodule.setup("test")
     batches, served = [], 0

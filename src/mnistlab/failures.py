@@ -10,7 +10,6 @@ the only place every launcher (basic, joblib workers, SLURM jobs) shares with th
 
 import logging
 import os
-import shutil
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from mnistlab import atomic, run_folder
 from mnistlab.checks import InputError
 
 FAILURE_FILE = "failure.txt"  # in a failed sweep job's folder: the reason, then the traceback
@@ -65,17 +65,10 @@ def reported() -> Iterator[None]:
 
 
 def _discard_unused_run_folder() -> None:
-    """A run refused before it wrote anything of its own leaves no folder behind. Only a folder Hydra
-    named for this run (not one given with hydra.run.dir: a sweep job's, a resumed run's, yours), by
-    rank 0, and holding nothing but the saved config (.hydra/, config_tree.txt) and logs."""
-    if not HydraConfig.initialized() or os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0":
-        return
-    hydra = HydraConfig.get()
-    if hydra.output_subdir is None or any(o.startswith("hydra.run.dir=") for o in hydra.overrides.hydra):
-        return
-    folder = Path(hydra.runtime.output_dir)
-    if all(p.name in (".hydra", "config_tree.txt") or p.suffix == ".log" for p in folder.iterdir()):
-        shutil.rmtree(folder, ignore_errors=True)
+    """A run refused before it wrote anything of its own leaves no folder behind (rank 0, the folder's
+    maker: run_folder.discard_if_unused deletes only a folder this process made)."""
+    if HydraConfig.initialized() and os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("RANK", "0") == "0":
+        run_folder.discard_if_unused(Path(HydraConfig.get().runtime.output_dir))
 
 
 def _record(err: Exception) -> None:
@@ -83,7 +76,7 @@ def _record(err: Exception) -> None:
     reason = str(err) if isinstance(err, InputError | RunStopped) else f"{type(err).__name__}: {err}"
     reason = " ".join(reason.split())  # one line
     details = "".join(traceback.format_exception(err))
-    (Path(hydra.runtime.output_dir) / FAILURE_FILE).write_text(f"{reason}\n\n{details}")
+    atomic.write_text(Path(hydra.runtime.output_dir) / FAILURE_FILE, f"{reason}\n\n{details}")
     log.error("Job %s failed: %s", hydra.job.num, reason)
 
 

@@ -16,6 +16,7 @@ process group lives and dies with the job, whatever sweeper or Hydra launcher ma
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -28,9 +29,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mnistlab.checks import InputError
+from mnistlab.run_folder import RUN_ID
 
 METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
-RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set (conf/hydra/default.yaml)
 # The entry script, set by train.py and eval.py: a sweep job may run in a worker process of a Hydra
 # launcher (joblib), whose own command line is not the script's.
 ENTRY_POINT = "MNISTLAB_ENTRY_POINT"
@@ -91,8 +92,19 @@ def _run_id_from_torchrun_store(rank: int, timeout: timedelta = timedelta(minute
 
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
     if rank == 0:  # the agent's store outlives restarts of the workers: they keep the run's folder
-        store.compare_set("mnistlab/run_id", "", time.strftime("%Y-%m-%d_%H-%M-%S"))
+        # Named before Hydra composes the config, so not claimed by mkdir (run_folder.py): a random
+        # suffix keeps two torchrun jobs of one second apart.
+        name = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{secrets.token_hex(3)}"
+        store.compare_set("mnistlab/run_id", "", name)
     return store.get("mnistlab/run_id").decode()
+
+
+def run_id() -> str | None:
+    """What identifies this launch across its restarts: the name its ranks agreed on under torchrun
+    or srun, or its SLURM job (a requeued job keeps its id); None for a run started by hand."""
+    if given := os.environ.get(RUN_ID):
+        return given
+    return f"slurm-{os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else None
 
 
 def is_distributed_sweep_job(cfg: DictConfig) -> bool:

@@ -1,24 +1,41 @@
 """Continuing a run by naming its folder: ``python train.py resume=<run folder> [key=value ...]``.
 
-Before Hydra starts, ``resume=<folder>`` becomes the overrides that run was started with (its
-``.hydra/overrides.yaml``), then the ones given now, which win, and ``hydra.run.dir=<folder>``. So
-the run goes on in its own folder, with its own config, from its ``checkpoints/last.ckpt``
-(``tasks._last_checkpoint``), and its TensorBoard events go on in the same ``tensorboard/``.
-In the expanded command line ``resume=`` sits between the two kinds of overrides: :func:`split`
-tells them apart again for the log.
+Before Hydra starts, ``resume=<folder>`` becomes the overrides that run was last started with, then
+the ones given now, which win, and ``hydra.run.dir=<folder>``. So the run goes on in its own folder,
+with its own config, from its ``checkpoints/last.ckpt`` (``tasks._last_checkpoint``), and its
+TensorBoard events go on in the same ``tensorboard/``. In the expanded command line ``resume=`` sits
+between the two kinds of overrides: :func:`split` tells them apart again for the log.
+
+The folder keeps a history: ``.hydra/`` holds the launch's config and overrides, untouched, and
+each resume adds ``.hydra/resumes/<date>_<time>/`` (:func:`record`), written once the resume is
+known to be possible (its checkpoint whole, the config accepted). The newest record is replayed.
+
+A run folder is data too (README: Trust): its overrides are replayed only where they cannot name
+code to run (no ``_target_``, no interpolation, no Hydra setting); the others are refused, said so
+in the log, and can be given again on the command line by whoever trusts them.
 """
 
+import logging
+import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.checks import InputError
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"
+HISTORY = Path(".hydra") / "resumes"  # in the run folder: one <date>_<time>/ per resume
+# What a replayed override may not contain: keys that make Hydra import and call something, and the
+# interpolations that could assemble one.
+CODE = ("_target_", "_args_", "_partial_", "_recursive_", "_convert_", "${")
+log = logging.getLogger(__name__)
+refused: list[str] = []  # the folder's overrides this process did not replay (logged by tasks)
 
 
 def expand(argv: list[str]) -> list[str]:
@@ -29,11 +46,12 @@ def expand(argv: list[str]) -> list[str]:
     if {"-m", "--multirun"} & set(argv):
         raise InputError("resume= continues one run; it cannot be a job of a sweep (-m)")
     folder = Path(named[-1].partition("=")[2].strip("'\"")).expanduser().resolve()
-    _check(folder)
     given = [arg for arg in argv[1:] if not arg.startswith(f"{KEY}=")]
     replaced = {_key(arg) for arg in given if not arg.startswith("-")} | {KEY, RUN_DIR_OVERRIDE}
-    own = [arg for arg in OmegaConf.load(folder / ".hydra" / "overrides.yaml") if _key(arg) not in replaced]
-    return [argv[0], *own, f"{KEY}='{folder}'", *given, f"{RUN_DIR_OVERRIDE}='{folder}'"]
+    _check(folder, from_checkpoint="ckpt_path" in replaced)
+    own = [arg for arg in _replayable(folder) if _key(arg) not in replaced]
+    # Hydra saves this attempt's config nowhere: record() keeps it once the resume is known to work.
+    return [argv[0], *own, f"{KEY}='{folder}'", *given, f"{RUN_DIR_OVERRIDE}='{folder}'", "hydra.output_subdir=null"]
 
 
 def split(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -43,18 +61,71 @@ def split(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
     return list(overrides[:at]), [arg for arg, key in zip(overrides[at + 1 :], keys[at + 1 :]) if key != KEY]
 
 
-def _check(folder: Path) -> None:
+def record(cfg: DictConfig, overrides: Sequence[str]) -> Path:
+    """Add this resume to the run folder's history: its config and its whole command line's overrides."""
+    entry = Path(cfg.resume) / HISTORY / time.strftime("%Y-%m-%d_%H-%M-%S")
+    entry.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, entry / "config.yaml")
+    (entry / "overrides.yaml").write_text(yaml.safe_dump([str(o) for o in overrides]))
+    return entry
+
+
+def latest_overrides(folder: Path) -> Path:
+    """The overrides the run was last started with: its newest resume's, else its launch's."""
+    resumes = sorted((folder / HISTORY).glob("*/overrides.yaml"))
+    return resumes[-1] if resumes else folder / ".hydra" / "overrides.yaml"
+
+
+def _replayable(folder: Path) -> list[str]:
+    # Plain YAML: OmegaConf would resolve the interpolations in it while they are read.
+    saved = [str(arg) for arg in yaml.safe_load(latest_overrides(folder).read_text()) or []]
+    code = [arg for arg in saved if _key(arg).startswith("hydra") or any(c in arg for c in CODE)]
+    # And the other keys of a node whose class was refused (+callbacks.x.step=1 after callbacks.x._target_=...).
+    nodes = tuple(f"{_key(arg).rpartition('.')[0]}." for arg in code if any(c in _key(arg) for c in CODE))
+    refused[:] = [arg for arg in saved if arg in code or _key(arg).startswith(nodes)]
+    return [arg for arg in saved if arg not in refused]
+
+
+def _check(folder: Path, from_checkpoint: bool) -> None:
     if not folder.is_dir():
         raise InputError(f"resume={folder}: no such folder; name a run's folder, e.g. outputs/train/runs/<date>_<time>")
     if (folder / "multirun.yaml").is_file():
         raise InputError(f"resume={folder} is a sweep's folder; name one of its jobs, e.g. {folder / '0'}")
     if not (folder / ".hydra" / "overrides.yaml").is_file():
         raise InputError(f"resume={folder} is not a run folder (no .hydra/overrides.yaml in it)")
-    if not (folder / "checkpoints" / "last.ckpt").is_file() and not any(folder.glob("hpc_ckpt_*.ckpt")):
+    last = folder / "checkpoints" / "last.ckpt"
+    if from_checkpoint or any(folder.glob("hpc_ckpt_*.ckpt")):
+        return  # ckpt_path= names the checkpoint to continue from (tasks.train checks it)
+    if not last.is_file():
         raise InputError(
             f"resume={folder} has no checkpoints/last.ckpt: the run stopped before its first checkpoint, so there "
             "is nothing to resume; start it again with the overrides in its .hydra/overrides.yaml"
         )
+    if problem := _broken(last):
+        whole = [p for p in sorted(last.parent.glob("*.ckpt"), key=lambda p: -p.stat().st_mtime) if not _broken(p)]
+        then = (
+            f"the whole checkpoints beside it, newest first: {', '.join(p.name for p in whole)}; continue from one "
+            f"with python train.py resume={folder} ckpt_path={whole[0]}"
+            if whole
+            else "no other checkpoint beside it is whole: start the run again"
+        )
+        raise InputError(f"resume={folder}: its checkpoints/last.ckpt is not a whole checkpoint ({problem}); {then}")
+
+
+def _broken(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` is not a whole torch checkpoint (a zip archive: a truncated one has no
+    directory at its end, a damaged one fails its members' CRCs), or None. Without importing torch."""
+    try:
+        with zipfile.ZipFile(checkpoint) as archive:
+            damaged = archive.testzip()
+            names = archive.namelist()
+    except (OSError, zipfile.BadZipFile) as err:
+        return f"{err}, a file cut short"
+    if damaged is not None:
+        return f"{damaged} in it is damaged"
+    if not any(name.endswith("/data.pkl") for name in names):
+        return "it is a zip file but not a torch checkpoint"
+    return None
 
 
 def _key(override: str) -> str:

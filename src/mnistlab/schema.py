@@ -89,6 +89,8 @@ class Data(Target):
     mean: float
     std: PositiveFloat
     download: bool
+    download_timeout: PositiveFloat
+    num_classes: Positive
     prepare_data_per_node: bool
 
 
@@ -204,6 +206,8 @@ class PredictConfig(Node):
     ckpt_path: str
     input: str
     output: str
+    overwrite: bool
+    max_pixels: Positive
     batch_size: Positive
     device: Literal["auto", "cpu", "cuda"]
     paths: Paths

@@ -8,17 +8,21 @@ sweep's process. Hydra hands a sweep's results to its callbacks for none of them
 """
 
 import csv
+import io
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from mnistlab import atomic
 from mnistlab.failures import FAILURE_FILE
 from mnistlab.launch import METRICS_FILE
 
@@ -59,13 +63,25 @@ def _read_jobs(sweep: Path, metric: str) -> list[Job]:
     jobs = []
     for overrides in sweep.rglob(".hydra/overrides.yaml"):
         folder = overrides.parent.parent
-        params = dict(o.split("=", 1) for o in OmegaConf.load(overrides) if "=" in o)
-        metrics = folder / METRICS_FILE
-        value = json.loads(metrics.read_text()).get(metric) if metrics.is_file() else None
-        failure = folder / FAILURE_FILE
-        reason = failure.read_text().partition("\n")[0] if failure.is_file() else None
-        jobs.append(Job(folder, params, value, reason))
+        # Plain YAML: OmegaConf would resolve the interpolations in a job's overrides while they are read.
+        params = dict(str(o).split("=", 1) for o in _read(overrides, _yaml) or [] if "=" in str(o))
+        value = (_read(folder / METRICS_FILE, lambda p: json.loads(p.read_text())) or {}).get(metric)
+        reason = _read(folder / FAILURE_FILE, lambda p: p.read_text().partition("\n")[0])
+        jobs.append(Job(folder, params, value if isinstance(value, int | float) else None, reason))
     return jobs
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+def _read(path: Path, parse: Callable[[Path], Any]) -> Any:
+    """A job's file, or None where it is missing or unreadable (cut short, not what it should be): the
+    table shows "no result" for it rather than failing the whole sweep's report."""
+    try:
+        return parse(path) if path.is_file() else None
+    except (OSError, ValueError, yaml.YAMLError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
 
 
 def _number(name: str) -> tuple[int, str]:
@@ -73,12 +89,13 @@ def _number(name: str) -> tuple[int, str]:
 
 
 def _write_csv(path: Path, jobs: list[Job], varied: list[str], metric: str) -> None:
-    with path.open("w", newline="") as file:
-        out = csv.writer(file)
-        out.writerow(["job", *varied, metric, "status", "folder"])
-        for job in jobs:
-            value = "" if job.metric is None else f"{job.metric:.6g}"
-            out.writerow([job.folder.name, *(job.params.get(k, "") for k in varied), value, job.status, job.folder])
+    text = io.StringIO()
+    out = csv.writer(text)
+    out.writerow(["job", *varied, metric, "status", "folder"])
+    for job in jobs:
+        value = "" if job.metric is None else f"{job.metric:.6g}"
+        out.writerow([job.folder.name, *(job.params.get(k, "") for k in varied), value, job.status, job.folder])
+    atomic.write_text(path, text.getvalue())
 
 
 def _print_table(jobs: list[Job], varied: list[str], metric: str) -> None:

@@ -14,7 +14,8 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import batch_hooks, config_tree, console, launch, resume, signals
+from mnistlab import atomic, batch_hooks, config_tree, console, launch, resume, signals
+from mnistlab.checkpoint_io import RUN_ID_KEY
 from mnistlab.checks import InputError, check_devices
 from mnistlab.stopping import SafeStop
 from mnistlab.trained import load_checkpoint
@@ -29,6 +30,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     launch.check_environment()
     if launch.is_distributed_sweep_job(cfg):
         return launch.run_job_in_fresh_processes()
+    if cfg.get("ckpt_path"):
+        load_checkpoint(cfg.ckpt_path)  # a missing or broken file: one line now, not a traceback from fit
     config_tree.show(cfg)
     L.seed_everything(cfg.seed, workers=True)
     datamodule, model, trainer = _build(cfg)
@@ -36,20 +39,36 @@ def train(cfg: DictConfig) -> dict[str, float]:
     launch.isolate_restarted_workers(trainer.strategy)
     if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):
         signals.release()  # nothing would act on a stop signal the entry point notes
+    start_from = cfg.get("ckpt_path") or _last_checkpoint(trainer, cfg)
+    if cfg.get("resume") and trainer.is_global_zero and HydraConfig.initialized():
+        log.info("Recorded this resume in %s", resume.record(cfg, HydraConfig.get().overrides.task))
     try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path") or _last_checkpoint(trainer))
+        trainer.fit(model, datamodule=datamodule, ckpt_path=start_from)
     except (DistNetworkError, DistStoreError) as err:
         raise launch.rendezvous_failure(err) from err
     signals.release()  # trained and saved: testing stops at a signal, as any program
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        if not best:
-            log.warning("No checkpoint was saved (fast_dev_run, or no ModelCheckpoint): testing the last weights")
-        trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
-        metrics |= _floats(trainer.callback_metrics)
-        log.info("Tested %s: %s", best or "the last weights", _describe(metrics, "test/"))
+        metrics |= _test(trainer, model, datamodule)
     _finish(metrics, trainer, cfg)
+    return metrics
+
+
+def _test(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, float]:
+    """Test this run's best checkpoint; the last weights where it wrote none, saying so."""
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_path if callback else ""
+    if not best:
+        log.warning("No checkpoint was saved (fast_dev_run, or no ModelCheckpoint): testing the last weights")
+    elif callback.dirpath and Path(best).parent.resolve() != Path(callback.dirpath).resolve():
+        # Restored from ckpt_path= with the rest of ModelCheckpoint's state: another run's file.
+        log.warning(
+            "This run wrote no best checkpoint of its own (the best is still %s): testing its last weights", best
+        )
+        best = ""
+    trainer.test(model, datamodule=datamodule, ckpt_path=best or None)
+    metrics = _floats(trainer.callback_metrics)
+    log.info("Tested %s: %s", best or "the last weights", _describe(metrics, "test/"))
     return metrics
 
 
@@ -59,7 +78,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     launch.check_environment()
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
-    checkpoint = load_checkpoint(Path(cfg.ckpt_path))
+    checkpoint = load_checkpoint(cfg.ckpt_path)
     config_tree.show(cfg)
     datamodule, model, trainer = _build(cfg)
     try:
@@ -85,6 +104,12 @@ def _log_overrides(cfg: DictConfig) -> None:
         own, given = resume.split(overrides)
         log.info("Resuming the run in %s; its overrides: %s", cfg.resume, " ".join(own) or "none")
         log.info("Overrides given now, on top: %s", " ".join(given) or "none")
+        if resume.refused:
+            log.warning(
+                "Not replayed from the run folder, as they could run code (give them on the command line if you "
+                "trust them): %s",
+                " ".join(resume.refused),
+            )
     else:
         log.info("Overrides: %s", " ".join(overrides) or "none")
 
@@ -131,15 +156,22 @@ def _skip_nvml_probe() -> None:
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
 
 
-def _last_checkpoint(trainer: L.Trainer) -> str | None:
+def _last_checkpoint(trainer: L.Trainer, cfg: DictConfig) -> str | None:
     """The run folder's own last.ckpt (written by callbacks.last_checkpoint, beside the best one), if it
-    has one: a requeued or restarted job resumes from it."""
+    has one and this run wrote it: a requeued or restarted job, or ``resume=``, continues from it."""
     if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
     callback = trainer.checkpoint_callback
     last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
     if last is None or not last.is_file():
         return None
+    writer = load_checkpoint(last, what="last.ckpt").get(RUN_ID_KEY)
+    if not cfg.get("resume") and (writer is None or writer != launch.run_id()):
+        raise InputError(
+            f"{last.parent.parent} already holds a run's checkpoints/last.ckpt (written by "
+            f"{writer or 'a run started by hand'}), and this run did not write it. Continue that run with "
+            f"python train.py resume={last.parent.parent}, or start this one in a folder of its own"
+        )
     log.info("Resuming from %s, this run folder's last checkpoint", last)
     return str(last)
 
@@ -149,7 +181,7 @@ def _finish(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> N
     process group on every rank together. Left to interpreter exit, a rank that outlives the one
     hosting the rendezvous store can abort ("terminate called without an active exception")."""
     if trainer.is_global_zero:
-        (Path(cfg.paths.output_dir) / launch.METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+        atomic.write_text(Path(cfg.paths.output_dir) / launch.METRICS_FILE, json.dumps(metrics, indent=2))
     if torch.distributed.is_initialized():
         trainer.strategy.barrier("end of run")
         torch.distributed.destroy_process_group()

@@ -1,41 +1,121 @@
 """A trained network out of a checkpoint, as a plain ``nn.Module`` (no Lightning): what prediction
 and export use. The checkpoint carries the run's resolved config, so the network is rebuilt exactly
-as it was trained, whatever the overrides of that run were."""
+as it was trained, whatever the overrides of that run were.
 
-import pickle
+A checkpoint is data (README: Trust): it is read with ``weights_only=True``, and its config may only
+name classes this package or ``torch.nn`` defines, checked before anything is imported or built.
+Rebuilding the network from ``conf/`` instead would be as safe but would lose the run's overrides
+(``model.net.hidden=64``): a checkpoint of another width would not load.
+"""
+
 from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
+from hydra.errors import InstantiationException
+from hydra.utils import get_class, instantiate
 from torch import nn
 
 from mnistlab.checks import InputError
 
+PACKAGE = __name__.partition(".")[0]
+NETWORK_MODULES = (f"{PACKAGE}.", "torch.nn.")  # where a checkpoint's network may come from
+DATA_MODULES = (f"{PACKAGE}.",)  # and its data module (export checks on the test images it serves)
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> dict[str, Any]:
+    """A checkpoint file's contents, as data; one line for a remote, missing or broken file."""
+    if "://" in str(path):
+        raise InputError(
+            f"{what}={path}: checkpoints are read from local files only; download it first "
+            "(a checkpoint is data: see README, Trust)"
+        )
+    path = Path(path)
     if not path.is_file():
-        raise InputError(f"ckpt_path={path}: no such file")
+        raise InputError(f"{what}={path}: no such file")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, ValueError, pickle.UnpicklingError) as err:
-        raise InputError(f"ckpt_path={path} is not a readable checkpoint (truncated or not one): {err}") from err
+        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file
+        reason = " ".join(str(err).split())[:300]
+        raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {reason}") from err
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise InputError(f"ckpt_path={path} holds no 'state_dict': not a Lightning checkpoint")
+        raise InputError(f"{what}={path} holds no 'state_dict': not a Lightning checkpoint")
     return checkpoint
 
 
 def network(checkpoint: dict[str, Any]) -> nn.Module:
     """The checkpoint's network (``model.net`` of its run), with its weights, in eval mode."""
-    if "config" not in checkpoint:
-        raise InputError("the checkpoint holds no 'config' (not written by train.py): cannot tell its network")
-    net = instantiate(checkpoint["config"]["model"]["net"])
+    net = _build(checked(_config(checkpoint, "model", "net"), nn.Module, NETWORK_MODULES, "model.net"), "model.net")
     weights = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
     net.load_state_dict(weights)
     return net.eval()
 
 
+def datamodule(checkpoint: dict[str, Any], **given: Any) -> Any:
+    """The checkpoint's data module (``data`` of its run), with ``given`` arguments replacing its own."""
+    from lightning import LightningDataModule
+
+    data = checked(_config(checkpoint, "data"), LightningDataModule, DATA_MODULES, "data")
+    return _build(data, "data", **{key: value for key, value in given.items() if key in data})
+
+
 def normalization(checkpoint: dict[str, Any]) -> tuple[float, float]:
     """The pixel mean and standard deviation (0..1 scale) the network was trained with."""
-    data = checkpoint["config"]["data"]
-    return data["mean"], data["std"]
+    data = _config(checkpoint, "data")
+    mean, std = data.get("mean"), data.get("std")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (mean, std)):
+        raise InputError(f"the checkpoint's data.mean and data.std are not numbers ({mean!r}, {std!r})")
+    return float(mean), float(std)
+
+
+def checked(node: Any, base: type, modules: tuple[str, ...], where: str) -> Any:
+    """``node``, once every ``_target_`` in it names a subclass of ``base`` defined in ``modules``.
+
+    The module's name is checked before it is imported (importing runs its code), and the class's
+    own module after (``mnistlab.x.subprocess.Popen`` names a class of ``subprocess``). Functions
+    (``torch.load``, ``os.system``) are refused: they are not classes.
+    """
+    if isinstance(node, list):
+        return [checked(item, nn.Module, modules, f"{where}[{i}]") for i, item in enumerate(node)]
+    if not isinstance(node, dict):
+        return node
+    target = node.get("_target_")
+    if target is not None:
+        if not isinstance(target, str) or not target.startswith(modules):
+            raise _refused(where, target, base, modules)
+        try:
+            cls = get_class(target)
+        except Exception as err:  # not a class, or no such one: Hydra raises ValueError or ImportError
+            raise _refused(where, target, base, modules) from err
+        if not issubclass(cls, base) or not cls.__module__.startswith(modules):
+            raise _refused(where, target, base, modules)
+    # Arguments that are nodes of their own (layers of a network) are built too: checked the same way.
+    return {key: checked(value, nn.Module, modules, f"{where}.{key}") for key, value in node.items()}
+
+
+def _build(node: dict[str, Any], where: str, **given: Any) -> Any:
+    try:
+        return instantiate(node, **given)
+    except InstantiationException as err:
+        if isinstance(err.__cause__, InputError):
+            raise err.__cause__ from None
+        raise InputError(f"the checkpoint's {where} cannot be built: {' '.join(str(err).split())}") from err
+
+
+def _refused(where: str, target: Any, base: type, modules: tuple[str, ...]) -> InputError:
+    return InputError(
+        f"the checkpoint's {where} names _target_={target!r}, which is not a {base.__name__} class of "
+        f"{' or '.join(m.rstrip('.') for m in modules)}: a checkpoint is data and may not choose code to run "
+        "(README: Trust)"
+    )
+
+
+def _config(checkpoint: dict[str, Any], *keys: str) -> dict[str, Any]:
+    node: Any = checkpoint.get("config")
+    if node is None:
+        raise InputError("the checkpoint holds no 'config' (not written by train.py): cannot tell its network")
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        raise InputError(f"the checkpoint's config has no {'.'.join(keys)} section")
+    return node

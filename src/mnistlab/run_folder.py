@@ -1,0 +1,58 @@
+"""Every run owns its folder: two runs (or sweeps) started in the same second get two folders, and a
+run only ever deletes a folder it made itself.
+
+``conf/hydra/default.yaml`` names run and sweep folders ``${claim_folder:<parent>}``: the resolver
+makes ``<parent>/<date>_<time>`` with an exclusive ``mkdir`` and, when another run made it first,
+``<date>_<time>_2``, ``_3``, ... (readable, and sorted by start time). ``mkdir`` is atomic, on a
+shared file system too, so no two runs can both succeed; Hydra's ``${now:}`` alone named two runs of
+one second alike, and they overwrote each other's files. Like ``now``, the resolver is cached per
+config (Hydra copies that cache into every job of a sweep), so a run resolves its name once.
+
+Under torchrun and srun every rank is given the folder's name (``launch.RUN_ID``): the resolver then
+only joins it.
+"""
+
+import itertools
+import os
+import shutil
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+RESOLVER = "claim_folder"
+RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set: the name all ranks agreed on (launch.py)
+_made_here: set[Path] = set()  # the folders this process claimed
+
+
+def claim(parent: str) -> str:
+    """``<parent>/<name>``: a folder that this run alone has, made now; or the one its launcher named."""
+    if given := os.environ.get(RUN_ID):
+        return str(Path(parent) / given)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    for n in itertools.count(1):
+        folder = Path(parent) / (stamp if n == 1 else f"{stamp}_{n}")
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError:
+            return str(folder)  # it cannot be made: failures.WritableOutput says so in one line
+        _made_here.add(folder.resolve())
+        return str(folder)
+    raise AssertionError("unreachable")
+
+
+def discard_if_unused(folder: Path) -> None:
+    """Delete ``folder`` if this process made it and nothing of a run is in it yet (a refused run):
+    only its saved config (.hydra/, config_tree.txt) and logs."""
+    folder = folder.resolve()
+    if folder not in _made_here or not folder.is_dir():
+        return
+    if all(p.name in (".hydra", "config_tree.txt") or p.suffix == ".log" for p in folder.iterdir()):
+        shutil.rmtree(folder, ignore_errors=True)
+        _made_here.discard(folder)
+
+
+OmegaConf.register_new_resolver(RESOLVER, claim, use_cache=True, replace=True)

@@ -1,0 +1,155 @@
+"""A checkpoint, an image, a run folder are data (README: Trust): none of them makes this project run
+code. Each payload below would create a marker file if it ran; every entry point refuses it in one
+line, and the marker never appears."""
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from mnistlab import resume, trained
+from mnistlab.checks import InputError
+
+from conftest import SHORT, run_script
+
+MARKER = "payload-ran"  # created in the test's folder by any payload that runs
+
+
+class Payload:
+    """Unpickled, it runs ``touch <marker>``: what torch.load(weights_only=False) would do with it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _config_payloads(marker: Path) -> list[dict]:
+    """Network configs that would run code if instantiated: each passes torch.load(weights_only=True)."""
+    touch = f"open({str(marker)!r}, 'w')"
+    return [
+        {"_target_": "builtins.exec", "_args_": [touch]},
+        {"_target_": "os.system", "command": f"touch {marker}"},
+        {"_target_": "mnistlab.tasks.os.system", "command": f"touch {marker}"},  # our prefix, not our class
+        {"_target_": "mnistlab.trained.torch.load", "f": str(marker), "weights_only": False},
+        {"_target_": "subprocess.Popen", "args": ["touch", str(marker)]},
+        {"_target_": "mnistlab.network.SimpleNN", "hidden": {"_target_": "builtins.exec", "_args_": [touch]}},
+    ]
+
+
+@pytest.fixture
+def payload_checkpoint(trained_checkpoint: Path, tmp_path: Path) -> Path:
+    """The trained checkpoint with its network's config replaced by a payload."""
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    checkpoint["config"]["model"]["net"] = _config_payloads(tmp_path / MARKER)[0]
+    torch.save(checkpoint, tmp_path / "config_payload.ckpt")
+    return tmp_path / "config_payload.ckpt"
+
+
+@pytest.fixture
+def pickle_checkpoint(trained_checkpoint: Path, tmp_path: Path) -> Path:
+    """The trained checkpoint with a pickled object that runs code when unpickled."""
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    checkpoint["hyper_parameters"] = {"note": Payload(tmp_path / MARKER)}
+    torch.save(checkpoint, tmp_path / "pickle_payload.ckpt")
+    return tmp_path / "pickle_payload.ckpt"
+
+
+def test_no_config_payload_builds_a_network(trained_checkpoint: Path, tmp_path: Path) -> None:
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    for payload in _config_payloads(tmp_path / MARKER):
+        checkpoint["config"]["model"]["net"] = payload
+        with pytest.raises(InputError, match="a checkpoint is data and may not choose code to run"):
+            trained.network(checkpoint)
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_no_config_payload_builds_a_data_module(trained_checkpoint: Path, tmp_path: Path) -> None:
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    checkpoint["config"]["data"] = _config_payloads(tmp_path / MARKER)[1]
+    with pytest.raises(InputError, match="is not a LightningDataModule class of mnistlab"):
+        trained.datamodule(checkpoint, data_dir=str(tmp_path))
+    checkpoint["config"]["data"] = {"_target_": "mnistlab.data.MNISTDataModule", "data_dir": "x", "dataset": "os"}
+    with pytest.raises(InputError, match="data.dataset=os: not a torchvision data set in MNIST's format"):
+        trained.datamodule(checkpoint, data_dir=str(tmp_path))
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_the_trained_network_and_its_own_layers_still_load(trained_checkpoint: Path) -> None:
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    assert isinstance(trained.network(checkpoint), torch.nn.Module)
+    checkpoint["config"]["model"]["net"] = {
+        "_target_": "torch.nn.Sequential",
+        "_args_": [{"_target_": "torch.nn.Flatten"}],
+    }
+    checkpoint["state_dict"] = {}
+    assert isinstance(trained.network(checkpoint)[0], torch.nn.Flatten)  # torch.nn's classes are allowed
+
+
+@pytest.mark.slow
+def test_every_entry_point_refuses_a_malicious_checkpoint_in_one_line(
+    payload_checkpoint: Path, pickle_checkpoint: Path, tmp_path: Path
+) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    torch.manual_seed(0)
+    from PIL import Image
+
+    Image.fromarray((torch.rand(28, 28) * 255).byte().numpy()).save(images / "digit.png")
+    out = f"paths.log_dir={tmp_path / 'out'}"
+    runs = {
+        "predict, config payload": ("predict.py", f"ckpt_path={payload_checkpoint}", f"input={images}", out),
+        "export, config payload": ("export.py", f"ckpt_path={payload_checkpoint}", out),
+        "predict, pickle": ("predict.py", f"ckpt_path={pickle_checkpoint}", f"input={images}", out),
+        "export, pickle": ("export.py", f"ckpt_path={pickle_checkpoint}", out),
+        "eval, pickle": ("eval.py", f"ckpt_path={pickle_checkpoint}", "trainer.accelerator=cpu", out),
+        "train, pickle": ("train.py", f"ckpt_path={pickle_checkpoint}", *SHORT, out),
+        "train, a URL": ("train.py", "ckpt_path=http://127.0.0.1:9/x.ckpt", *SHORT, out),
+    }
+    for name, (script, *overrides) in runs.items():
+        result = run_script(script, *overrides, timeout=240)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1 and lines and lines[-1].startswith("Error: "), (name, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr, name
+        assert not (tmp_path / MARKER).exists(), f"{name}: the payload ran"
+    assert not any((tmp_path / "out" / "train" / "runs").iterdir())  # the refused runs left no folder behind
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_pickled_last_checkpoint_and_planted_overrides(
+    pickle_checkpoint: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "planted"
+    (run / ".hydra").mkdir(parents=True)
+    (run / "checkpoints").mkdir()
+    shutil.copy(pickle_checkpoint, run / "checkpoints" / "last.ckpt")
+    (run / ".hydra" / "overrides.yaml").write_text("- trainer.max_epochs=1\n")
+    result = run_script("train.py", f"resume={run}", *SHORT, timeout=240)
+    assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("Error: "), result.stderr
+    assert "is not a readable checkpoint" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / MARKER).exists()
+    assert not (run / ".hydra" / "resumes").exists()  # a refused resume adds nothing to the run's history
+
+
+def test_resume_replays_no_override_that_could_run_code(tmp_path: Path) -> None:
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / "checkpoints").mkdir()
+    torch.save({"state_dict": {}}, tmp_path / "checkpoints" / "last.ckpt")
+    planted = [
+        "model.net.hidden=64",
+        "+callbacks.evil._target_=builtins.exec",
+        "+callbacks.evil._args_=['open(1)']",
+        "+callbacks.evil.note=x",  # the rest of a refused node goes with it
+        "trainer.plugins=[{_target_:faults.KilledMidWrite,step:5}]",
+        "callbacks.safe_stop=${oc.decode:'{a: 1}'}",
+        "hydra.job_logging.root.level=DEBUG",
+        "+model.optimizer.momentum=0.9",
+    ]
+    OmegaConf.save(OmegaConf.create(planted), tmp_path / ".hydra" / "overrides.yaml")
+    argv = resume.expand(["train.py", f"resume={tmp_path}"])
+    assert argv[1:3] == ["model.net.hidden=64", "+model.optimizer.momentum=0.9"]
+    assert resume.refused == planted[1:7]
