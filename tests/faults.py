@@ -20,12 +20,13 @@ class SignalAt(L.Callback):
     (a resumed one runs through): a signal from outside, at a step the test knows
     (``+callbacks.signal._target_=faults.SignalAt``)."""
 
-    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0) -> None:
-        self.step, self.signal, self.rank = step, getattr(signal_module, signal), rank
+    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0, times: int = 1) -> None:
+        self.step, self.signal, self.rank, self.times = step, getattr(signal_module, signal), rank, times
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
         if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
-            os.kill(os.getpid(), self.signal)
+            for _ in range(self.times):  # times=2: Ctrl-C pressed twice
+                os.kill(os.getpid(), self.signal)
 
     def on_sanity_check_start(self, trainer: L.Trainer, *args: object) -> None:
         if self.step == -1 and trainer.global_rank == self.rank and trainer.ckpt_path is None:

@@ -2,6 +2,7 @@
 in MNIST's format, and the settings of its own that the config checks."""
 
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,36 @@ def test_defaults_reach_98_percent(tmp_path: Path) -> None:
     test accuracy; the seed's recipe (a constant lr) reached 97.5%."""
     metrics = train(compose_config("train", tmp_path, ["logger=none"]))
     assert metrics["test/acc"] >= 0.98
+
+
+def test_a_label_outside_the_classes_is_refused_when_read(tmp_path: Path) -> None:
+    raw = tmp_path / "MNIST" / "raw"
+    _small_data_set(raw)
+    labels = np.frombuffer((raw / "train-labels-idx1-ubyte").read_bytes()[8:], np.uint8).copy()
+    labels[[17, 40]] = [12, 200]
+    _write_idx(raw / "train-labels-idx1-ubyte", labels)
+    dm = MNISTDataModule(str(tmp_path), val_size=60, download=False)
+    dm.prepare_data()
+    with pytest.raises(InputError) as refused:
+        dm.setup("fit")  # read at setup, before any batch: not an IndexError hours in
+    assert str(refused.value).startswith(
+        f"{raw / 'train-labels-idx1-ubyte'}: label 12 at index 17 is not a class of 0..9 (2 such labels)"
+    )
+
+
+def test_a_mirror_that_never_answers_fails_within_the_timeout_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    """A server that accepts the connection and then says nothing: without a timeout, torchvision waits
+    for minutes per mirror, silently."""
+    import socket
+
+    from torchvision.datasets import MNIST
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens; never accepts, never answers
+        monkeypatch.setattr(MNIST, "mirrors", [f"http://127.0.0.1:{silent.getsockname()[1]}/"])
+        started = time.monotonic()
+        with pytest.raises(InputError) as refused:
+            MNISTDataModule(str(tmp_path), download_timeout=0.5).prepare_data()
+    assert time.monotonic() - started < 30  # 4 files x 1 mirror x (redirect check + download) x 0.5 s, and start-up
+    message = str(refused.value)
+    assert "the download failed" in message and "timed out" in message and "\n" not in message
+    assert socket.getdefaulttimeout() is None  # the process's default is given back

@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from mnistlab import trained
+from mnistlab.checks import InputError
 from mnistlab.data import normalize
 from mnistlab.prediction import predict
 
@@ -76,3 +77,41 @@ def test_a_folder_without_readable_images_gets_one_line(
     assert result.returncode == 1
     assert result.stderr.strip().startswith("Error:") and message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_unreadable_and_oversized_images_are_skipped_and_the_rest_classified(
+    trained_checkpoint: Path, tmp_path: Path, caplog
+) -> None:
+    images, _ = _test_set()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.fromarray(images[0].numpy()).save(folder / "a_digit.png")
+    (folder / "b_broken.png").write_bytes(b"\x89PNG\r\n\x1a\n and then nothing")
+    Image.new("L", (12_000, 12_000)).save(folder / "c_bomb.png")  # 144 Mpx in a small file
+    large = Image.fromarray(images[1].numpy()).resize((2800, 2800), Image.NEAREST)  # reduced as it is read
+    large.save(folder / "d_large.jpg", quality=95)
+    assert (folder / "c_bomb.png").stat().st_size < 1_000_000
+    rows = predict(_config("predict", tmp_path, [f"ckpt_path={trained_checkpoint}", f"input={folder}"]))
+
+    assert [Path(row["file"]).name for row in rows] == ["a_digit.png", "d_large.jpg"]
+    skipped = caplog.text.partition("Skipped 2 image(s) that could not be read:")[2]
+    assert f"{folder / 'b_broken.png'} is not an image PIL can read" in skipped
+    assert f"{folder / 'c_bomb.png'} has 144,000,000 pixels, over max_pixels=50,000,000" in skipped
+    saved = trained.load_checkpoint(trained_checkpoint)
+    with torch.inference_mode():
+        expected = trained.network(saved)(normalize(images[:2], *trained.normalization(saved))).argmax(1)
+    assert [row["predicted"] for row in rows] == expected.tolist()
+    assert len((tmp_path / "predictions.csv").read_text().splitlines()) == 3
+
+
+def test_the_output_is_checked_before_any_work(tmp_path: Path) -> None:
+    """Named before the checkpoint (missing here) is even read: a refused output costs nothing."""
+    (tmp_path / "taken.csv").write_text("someone's results")
+    base = [f"ckpt_path={tmp_path / 'missing.ckpt'}", f"input={tmp_path}"]
+    with pytest.raises(InputError, match="exists; pass overwrite=true to replace it"):
+        predict(_config("predict", tmp_path, [*base, f"output={tmp_path / 'taken.csv'}"]))
+    assert (tmp_path / "taken.csv").read_text() == "someone's results"
+    with pytest.raises(InputError, match="is a folder; name a file"):
+        predict(_config("predict", tmp_path, [*base, f"output={tmp_path}"]))
+    with pytest.raises(InputError, match="missing.ckpt: no such file"):  # past the output's checks
+        predict(_config("predict", tmp_path, [*base, f"output={tmp_path / 'taken.csv'}", "overwrite=true"]))

@@ -131,3 +131,54 @@ def _kill_after_next_checkpoint(run: Path, delay: float) -> None:
     time.sleep(delay)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=60)
+
+
+def test_resume_from_a_broken_last_checkpoint_names_the_whole_ones_and_touches_nothing(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(compose_config("train", run, [*RUN, "trainer.max_epochs=1", "logger=none", "test=false"]))
+    (run / ".hydra").mkdir()
+    (run / ".hydra" / "overrides.yaml").write_text("- model.net.hidden=64\n")
+    last = run / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:100_000])  # cut short: a disk that filled, a copy that stopped
+    (best,) = (run / "checkpoints").glob("epoch*.ckpt")
+    records = {p: p.read_bytes() for p in (run / ".hydra").iterdir()}
+    with pytest.raises(InputError) as refused:
+        resume.expand(["train.py", f"resume={run}"])
+    assert str(refused.value).startswith(f"resume={run}: its checkpoints/last.ckpt is not a whole checkpoint (")
+    assert str(refused.value).endswith(
+        f"the whole checkpoints beside it, newest first: {best.name}; continue from one with "
+        f"python train.py resume={run} ckpt_path={best}"
+    )
+    assert {p: p.read_bytes() for p in (run / ".hydra").iterdir()} == records  # the run's records untouched
+    # The suggested command passes the check: ckpt_path= names the checkpoint to continue from.
+    assert f"ckpt_path={best}" in resume.expand(["train.py", f"resume={run}", f"ckpt_path={best}"])
+
+
+@pytest.mark.slow
+def test_each_resume_is_recorded_beside_the_launch(tmp_path: Path) -> None:
+    first = run_script("train.py", *RUN, "trainer.max_epochs=1", "logger=none", f"paths.log_dir={tmp_path}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    run = _one_run(tmp_path)
+    launch = (run / ".hydra" / "overrides.yaml").read_text()
+    for epochs in (2, 3):
+        again = run_script(
+            "train.py", f"resume={run}", f"trainer.max_epochs={epochs}", "trainer.num_sanity_val_steps=0"
+        )
+        assert again.returncode == 0, again.stderr[-2000:]
+    assert (run / ".hydra" / "overrides.yaml").read_text() == launch  # the launch's record stays
+    records = sorted((run / resume.HISTORY).glob("*/overrides.yaml"))
+    assert len(records) == 2 and "trainer.max_epochs=3" in records[-1].read_text()
+    assert _last(run)["epoch"] == 2  # 3 epochs: the second resume replayed the first's record, then its own
+
+
+def test_a_resumed_cosine_schedule_follows_the_new_number_of_epochs(tmp_path: Path) -> None:
+    """1 epoch, resumed to 2: the rate at epoch 1 is what a 2-epoch plan has there (half of 1e-3), not
+    the 1-epoch plan's minimum followed by a rise."""
+    short = [*RUN, "logger=csv", "test=false", "callbacks.lr_monitor.logging_interval=epoch"]
+    train(compose_config("train", tmp_path, [*short, "trainer.max_epochs=1"]))
+    train(compose_config("train", tmp_path, [*short, "trainer.max_epochs=2", f"resume={tmp_path}"]))
+    rates = [row.split(",")[1] for row in (tmp_path / "csv" / "metrics.csv").read_text().splitlines()[1:]]
+    assert [float(rate) for rate in rates if rate] == [5e-4]  # the resumed epoch's (the CSV restarts on resume)
+    scheduler = _last(tmp_path)["lr_schedulers"][0]
+    assert (scheduler["T_max"], scheduler["last_epoch"]) == (2, 2)
+    assert _last(tmp_path)["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)

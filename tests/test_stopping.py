@@ -123,3 +123,20 @@ def test_without_safe_stop_a_signal_ends_the_process_as_it_would_anyway(tmp_path
     assert exit_code == -signal.SIGUSR1, output[-2000:]
     (folder,) = (tmp_path / "train" / "runs").iterdir()
     assert not list(folder.rglob("*.ckpt"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_at_the_next_step_and_twice_aborts_at_once(tmp_path: Path) -> None:
+    interrupted = [*RUN, "+callbacks.signal._target_=faults.SignalAt", "+callbacks.signal.step=42"]
+    once = run_script("train.py", *interrupted, "+callbacks.signal.signal=SIGINT", f"paths.log_dir={tmp_path / 'once'}")
+    (run,) = (tmp_path / "once" / "train" / "runs").iterdir()
+    assert once.returncode == 128 + signal.SIGINT, once.stderr[-2000:]
+    assert f"Stopped by SIGINT at step 43 (epoch 1); saved {run / 'checkpoints' / 'last.ckpt'}" in once.stdout
+    assert f"Continue with: python train.py resume={run}" in once.stdout
+    assert _last(run)["global_step"] == 43 and "Traceback" not in once.stdout + once.stderr
+
+    twice = [*interrupted, "+callbacks.signal.signal=SIGINT", "+callbacks.signal.times=2"]
+    aborted = run_script("train.py", *twice, f"paths.log_dir={tmp_path / 'twice'}")
+    (run,) = (tmp_path / "twice" / "train" / "runs").iterdir()
+    assert aborted.returncode == 1 and "Detected KeyboardInterrupt" in aborted.stdout + aborted.stderr
+    assert _last(run)["global_step"] == 40  # the last one written every 10 steps: nothing saved at step 43

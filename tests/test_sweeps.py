@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mnistlab import parallel
+from mnistlab.sweep_summary import SweepSummary
 
 from conftest import OPTUNA_BOTH_VALUES, SHORT, run_script
 
@@ -141,3 +142,34 @@ def test_each_parallel_job_holds_a_gpu_no_other_job_holds(tmp_path) -> None:
     for job in jobs:
         job.join(timeout=30)
         assert job.exitcode == 0
+
+
+def test_a_broken_result_file_reads_as_no_result_and_the_table_still_comes(tmp_path, capsys) -> None:
+    """A metrics.json cut short (a job killed mid-write before writes were atomic, a full disk), an
+    empty failure.txt, overrides that are not YAML: each job still gets its row."""
+    jobs = {
+        "0": ("- model.optimizer.lr=0.001\n", '{"val/acc_best": 0.9}'),
+        "1": ("- model.optimizer.lr=0.002\n", ""),  # empty metrics.json
+        "2": ("- model.optimizer.lr=0.003\n", '{"val/acc_best": 0.'),  # cut short
+        "3": ("- [unclosed\n", '{"val/acc_best": "high"}'),  # not YAML; a metric that is no number
+    }
+    for name, (overrides, metrics) in jobs.items():
+        (tmp_path / name / ".hydra").mkdir(parents=True)
+        (tmp_path / name / ".hydra" / "overrides.yaml").write_text(overrides)
+        (tmp_path / name / "metrics.json").write_text(metrics)
+    config = OmegaConf.create(
+        {
+            "optimized_metric": "val/acc_best",
+            "optimized_direction": "maximize",
+            "hydra": {"sweep": {"dir": str(tmp_path)}},
+        }
+    )
+    SweepSummary().on_multirun_end(config)
+    rows = (tmp_path / "summary.csv").read_text().splitlines()
+    assert [row.split(",")[-3:-1] for row in rows[1:]] == [
+        ["0.9", "ok"],
+        ["", "no result"],
+        ["", "no result"],
+        ["", "no result"],
+    ]
+    assert f"Best: job 0, val/acc_best=0.9: {tmp_path / '0'}" in capsys.readouterr().out

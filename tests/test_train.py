@@ -1,3 +1,5 @@
+import os
+import subprocess
 from pathlib import Path
 from typing import BinaryIO
 
@@ -200,3 +202,33 @@ def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Pat
         pass  # reusable, nestable: what Lightning does around every hook
     profiled = instantiate(compose_config("train", tmp_path, ["debug=profiler"]).trainer)
     assert isinstance(profiled.profiler, SimpleProfiler)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 4 MiB file system (tmpfs): room for one 2.4 MB checkpoint of this model, not two."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    command = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)]
+    mounted = subprocess.run(command, capture_output=True, check=False, timeout=30)
+    if mounted.returncode:
+        reason = f"mounting a small tmpfs needs root: {mounted.stderr.decode().strip()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)  # in CI nothing skips
+        pytest.skip(reason)
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_the_checkpoints_before_stay_whole(small_disk: Path) -> None:
+    result = run_script("train.py", *SHORT, "logger=none", f"hydra.run.dir={small_disk}")
+    last = small_disk / "checkpoints" / "last.ckpt"
+    assert result.returncode == 1
+    message = result.stderr.strip()
+    assert message.startswith(f"Error: cannot write the checkpoint {last}: no space left on its disk (")
+    assert f"MiB free in {last.parent}). The checkpoints written before it are intact" in message
+    assert "Traceback" not in message and "\n" not in message
+    (best,) = (small_disk / "checkpoints").glob("epoch*.ckpt")  # written first, whole
+    assert torch.load(best, weights_only=True)["global_step"] == 20
+    assert not last.exists() and not list(small_disk.rglob("*.partial"))
