@@ -61,3 +61,15 @@ class KilledMidWrite(AtomicCheckpointIO):
             file.write(b"half a checkpoint")
             file.flush()
             os.kill(os.getpid(), signal_module.SIGKILL)
+
+
+class HangAt(L.Callback):
+    """Stops answering as batch ``step`` starts on ``rank``: SIGSTOP, as a rank stuck in a driver call,
+    a dead NFS mount or a swapped-out node would (a process that neither works nor exits)."""
+
+    def __init__(self, step: int, rank: int = 1) -> None:
+        self.step, self.rank = step, rank
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+            os.kill(os.getpid(), signal_module.SIGSTOP)

@@ -386,3 +386,28 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}, this run folder's last checkpoint" in log
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 400
     assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * 64
+
+
+def test_a_rank_that_stops_answering_ends_the_run_within_its_timeout(tmp_path: Path) -> None:
+    """Rank 1 of 3 freezes (SIGSTOP) at step 10: ranks 0 and 2 wait trainer.strategy.timeout (10 s), each
+    logs one line naming rank 1, and no process of the run is left behind."""
+    hang = ["+callbacks.hang._target_=faults.HangAt", "+callbacks.hang.step=10", "+callbacks.hang.rank=1"]
+    ddp = ["strategy=ddp", "trainer.devices=3", "trainer.accelerator=cpu", "data.batch_size=66"]
+    started = time.monotonic()
+    result = run_script(
+        "train.py", *ddp, *SHORT, *hang, "logger=none", "trainer.strategy.timeout.seconds=10",
+        f"paths.log_dir={tmp_path}", timeout=240,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    assert result.returncode == 1, result.stderr[-3000:]
+    for rank, log in ((0, run / "train.log"), (2, run / "train_ddp_process_2.log")):
+        line = (
+            f"Stopped at step 10: rank 1 stopped answering; rank {rank} waited 10 s (trainer.strategy.timeout.seconds)"
+        )
+        assert line in log.read_text(), log
+        assert f"Continue with: python train.py resume={run}" in log.read_text()
+    assert "Traceback" not in result.stdout + result.stderr
+    assert took < 180, took  # the 10 s timeout, the 5 s roll call, start-up: not torch's 30 minutes
+    left = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True, check=False, timeout=30)
+    assert left.stdout == "", f"processes of the run still alive: {left.stdout}"

@@ -19,6 +19,7 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -59,6 +60,79 @@ def rendezvous_failure(err: Exception) -> InputError:
         f"started it, run `unset {' '.join(DISTRIBUTED_VARIABLES)}` and start again; if one did, see whether "
         "another rank failed before it"
     )
+
+
+def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
+    """A collective that timed out or lost its connection, as one line that names the ranks that stopped
+    answering and how to resume; any other error as it was.
+
+    Gloo and NCCL say only that a collective timed out, not for whom. So every surviving rank answers
+    a roll call in the rendezvous store (hosted by rank 0) and, ``ROLL_CALL_S`` later, names the
+    ranks that did not.
+    """
+    if not any(
+        sign in str(err) for sign in ("Timed out", "timed out", "Connection closed by peer", "Connection reset")
+    ):
+        return err
+    from mnistlab.failures import RunStopped
+
+    missing = _roll_call(trainer.global_rank, trainer.world_size)
+    who = (
+        f"rank {', '.join(map(str, missing))} stopped answering"
+        if missing
+        else "rank 0, which holds the rendezvous store, stopped answering"
+        if missing is None
+        else "a rank stopped answering and came back"
+    )
+    timeout = getattr(trainer.strategy, "_timeout", None)
+    waited = f"{timeout.total_seconds():g} s (trainer.strategy.timeout.seconds)" if timeout else "its timeout"
+    return RunStopped(
+        f"Stopped at step {trainer.global_step}: {who}; rank {trainer.global_rank} waited {waited} for it. "
+        f"Continue with: python train.py resume={trainer.default_root_dir} (once its machine is well)",
+        exit_code=1,
+        then=lambda: _end_started_ranks(trainer.strategy.launcher),
+    )
+
+
+def _end_started_ranks(launcher: Any) -> None:
+    """The ranks this process started (Lightning's DDP launcher): the surviving ones end by themselves,
+    the one that stopped answering cannot, and would outlive the run. torchrun and srun end their own."""
+    started = getattr(launcher, "procs", [])  # Lightning's _SubprocessScriptLauncher: its Popen objects
+    for thread in threading.enumerate():
+        # Lightning's (2.6) watcher of those ranks SIGKILLs this process too as soon as one of them exits
+        # with an error, so the run would end by SIGKILL (-9) rather than with its own line and exit code.
+        if thread.name == "child-process-observer":
+            thread._child_processes = []
+    deadline = time.monotonic() + 2 * ROLL_CALL_S
+    for process in started:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()  # SIGKILL: a stopped (SIGSTOP) process too
+
+
+ROLL_CALL_S = 5.0  # how long the surviving ranks wait for each other's answer
+
+
+def _roll_call(rank: int, world_size: int) -> list[int] | None:
+    """The ranks that do not answer within ROLL_CALL_S; None when the store itself does not answer."""
+    import torch.distributed as dist
+
+    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        return None
+    key = f"mnistlab/roll_call/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    try:
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            is_master=False,
+            timeout=timedelta(seconds=ROLL_CALL_S),
+        )
+        store.set(f"{key}{rank}", "here")
+        time.sleep(ROLL_CALL_S)
+        return [other for other in range(world_size) if not store.check([f"{key}{other}"])]
+    except (RuntimeError, ValueError):  # DistStoreError, DistNetworkError: the store's host is gone too
+        return None
 
 
 def join_external_launch() -> list[str]:

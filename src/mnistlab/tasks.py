@@ -46,6 +46,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer.fit(model, datamodule=datamodule, ckpt_path=start_from)
     except (DistNetworkError, DistStoreError) as err:
         raise launch.rendezvous_failure(err) from err
+    except RuntimeError as err:  # DistBackendError among them: a rank that stopped answering
+        raise launch.lost_peer(err, trainer) from err
     signals.release()  # trained and saved: testing stops at a signal, as any program
     metrics = _floats(trainer.callback_metrics)
     if cfg.get("test", True):
