@@ -51,7 +51,10 @@ def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path
     assert f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}" in log
     assert_same_weights(_last(tmp_path / "whole"), _last(run))
     tested = torch.load(next((run / "checkpoints").glob("epoch*.ckpt")), weights_only=True)
-    assert tested["epoch"] == torch.load(next((tmp_path / "whole" / "checkpoints").glob("epoch*.ckpt")))["epoch"]
+    assert (
+        tested["epoch"]
+        == torch.load(next((tmp_path / "whole" / "checkpoints").glob("epoch*.ckpt")), weights_only=True)["epoch"]
+    )
     metrics = (run / "metrics.json").read_text()
     assert f'"test/acc": {whole["test/acc"]}' in metrics
     # TensorBoard: one run, its events continued in the same folder (no version_N beside it).

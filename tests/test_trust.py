@@ -153,3 +153,15 @@ def test_resume_replays_no_override_that_could_run_code(tmp_path: Path) -> None:
     argv = resume.expand(["train.py", f"resume={tmp_path}"])
     assert argv[1:3] == ["model.net.hidden=64", "+model.optimizer.momentum=0.9"]
     assert resume.refused == planted[1:7]
+
+
+def test_lightnings_own_loading_reads_checkpoints_as_data(pickle_checkpoint: Path, tmp_path: Path) -> None:
+    """fit(ckpt_path=...), test(ckpt_path=...) and resuming all load through trainer.plugins' reader."""
+    from mnistlab.checkpoint_io import AtomicCheckpointIO
+
+    reader = AtomicCheckpointIO()
+    with pytest.raises(InputError, match="is not a readable checkpoint"):
+        reader.load_checkpoint(pickle_checkpoint, weights_only=False)  # Lightning's fallback, refused
+    with pytest.raises(InputError, match="checkpoints are read from local files only"):
+        reader.load_checkpoint("https://example.invalid/model.ckpt")
+    assert not (tmp_path / MARKER).exists()
