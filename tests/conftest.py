@@ -45,6 +45,50 @@ OPTUNA_BOTH_VALUES = [
 ]
 
 
+MARKER = "payload-ran"  # created in the test's folder by any payload that runs
+
+
+class Payload:
+    """Unpickled, it runs ``touch <marker>``: what torch.load(weights_only=False) would do with it."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def config_payloads(marker: Path) -> list[dict]:
+    """Network configs that would run code if instantiated: each passes torch.load(weights_only=True)."""
+    touch = f"open({str(marker)!r}, 'w')"
+    return [
+        {"_target_": "builtins.exec", "_args_": [touch]},
+        {"_target_": "os.system", "command": f"touch {marker}"},
+        {"_target_": "mnistlab.tasks.os.system", "command": f"touch {marker}"},  # our prefix, not our class
+        {"_target_": "mnistlab.trained.torch.load", "f": str(marker), "weights_only": False},
+        {"_target_": "subprocess.Popen", "args": ["touch", str(marker)]},
+        {"_target_": "mnistlab.network.SimpleNN", "hidden": {"_target_": "builtins.exec", "_args_": [touch]}},
+    ]
+
+
+@pytest.fixture
+def payload_checkpoint(trained_checkpoint: Path, tmp_path: Path) -> Path:
+    """The trained checkpoint with its network's config replaced by a payload."""
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    checkpoint["config"]["model"]["net"] = config_payloads(tmp_path / MARKER)[0]
+    torch.save(checkpoint, tmp_path / "config_payload.ckpt")
+    return tmp_path / "config_payload.ckpt"
+
+
+@pytest.fixture
+def pickle_checkpoint(trained_checkpoint: Path, tmp_path: Path) -> Path:
+    """The trained checkpoint with a pickled object that runs code when unpickled."""
+    checkpoint = torch.load(trained_checkpoint, weights_only=True)
+    checkpoint["hyper_parameters"] = {"note": Payload(tmp_path / MARKER)}
+    torch.save(checkpoint, tmp_path / "pickle_payload.ckpt")
+    return tmp_path / "pickle_payload.ckpt"
+
+
 def last_checkpoint(run: Path) -> dict:
     return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
 

@@ -237,3 +237,11 @@ def test_a_mirror_that_never_answers_fails_within_the_timeout_in_one_line(tmp_pa
     message = str(refused.value)
     assert "the download failed" in message and "timed out" in message and "\n" not in message
     assert socket.getdefaulttimeout() is None  # the process's default is given back
+
+
+def test_a_data_set_name_from_a_checkpoint_looks_up_only_mnists_kin(tmp_path: Path) -> None:
+    """data.dataset names a torchvision class: from a checkpoint's config (export.py) it is data."""
+    for name in ("os", "ImageFolder", "utils"):
+        with pytest.raises(InputError, match=f"data.dataset={name}: not a torchvision data set in MNIST's format"):
+            MNISTDataModule(str(tmp_path), dataset=name)
+    assert MNISTDataModule(str(tmp_path), dataset="FashionMNIST").dataset == "FashionMNIST"

@@ -14,7 +14,7 @@ from mnistlab.checks import InputError
 from mnistlab.data import normalize
 from mnistlab.prediction import predict
 
-from conftest import DATA_DIR, ROOT, run_script
+from conftest import DATA_DIR, MARKER, ROOT, run_script
 
 IMAGES = 64
 
@@ -115,3 +115,20 @@ def test_the_output_is_checked_before_any_work(tmp_path: Path) -> None:
         predict(_config("predict", tmp_path, [*base, f"output={tmp_path}"]))
     with pytest.raises(InputError, match="missing.ckpt: no such file"):  # past the output's checks
         predict(_config("predict", tmp_path, [*base, f"output={tmp_path / 'taken.csv'}", "overwrite=true"]))
+
+
+@pytest.mark.slow
+def test_predict_refuses_a_malicious_checkpoint_in_one_line(
+    payload_checkpoint: Path, pickle_checkpoint: Path, tmp_path: Path
+) -> None:
+    """README, Trust: a checkpoint from anyone never runs code (the others' entry points: test_trust.py)."""
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.fromarray(_test_set()[0][0].numpy()).save(images / "digit.png")
+    for checkpoint in (payload_checkpoint, pickle_checkpoint):
+        result = run_script(
+            "predict.py", f"ckpt_path={checkpoint}", f"input={images}", f"paths.log_dir={tmp_path / 'out'}"
+        )
+        assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("Error: "), result.stderr
+        assert "Traceback" not in result.stderr
+        assert not (tmp_path / MARKER).exists(), f"{checkpoint.name}: the payload ran"
