@@ -232,3 +232,18 @@ def test_a_full_disk_is_one_line_and_the_checkpoints_before_stay_whole(small_dis
     (best,) = (small_disk / "checkpoints").glob("epoch*.ckpt")  # written first, whole
     assert torch.load(best, weights_only=True)["global_step"] == 20
     assert not last.exists() and not list(small_disk.rglob("*.partial"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", ["missing", "cut short"])
+def test_a_bad_ckpt_path_is_refused_before_the_run_folder_is_made(problem: str, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "given.ckpt"
+    if problem == "cut short":
+        torch.save({"state_dict": {"w": torch.zeros(1000)}}, checkpoint)
+        checkpoint.write_bytes(checkpoint.read_bytes()[:2000])
+    run = tmp_path / "run"  # named here: a folder the refused run would have made, and not deleted
+    result = run_script("train.py", f"ckpt_path={checkpoint}", f"hydra.run.dir={run}", timeout=120)
+    assert result.returncode == 1
+    expected = "no such file" if problem == "missing" else "is not a readable checkpoint (truncated, or not one)"
+    assert result.stderr.startswith(f"Error: ckpt_path={checkpoint}") and expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not run.exists()

@@ -13,7 +13,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from mnistlab import launch
 from mnistlab.checks import InputError
-from mnistlab.trained import load_checkpoint
+from mnistlab.trained import read
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             partial.unlink(missing_ok=True)
 
     def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
-        return load_checkpoint(path, map_location=map_location)
+        return read(path, map_location=map_location)  # any file Lightning reads: ddp_notebook's weights too
 
 
 def _write_failure(target: Path, err: Exception, written: int) -> Exception:

@@ -17,7 +17,6 @@ in the log, and can be given again on the command line by whoever trusts them.
 
 import logging
 import time
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.checks import InputError
+from mnistlab.checks import InputError, broken_checkpoint
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"
@@ -101,8 +100,10 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
             f"resume={folder} has no checkpoints/last.ckpt: the run stopped before its first checkpoint, so there "
             "is nothing to resume; start it again with the overrides in its .hydra/overrides.yaml"
         )
-    if problem := _broken(last):
-        whole = [p for p in sorted(last.parent.glob("*.ckpt"), key=lambda p: -p.stat().st_mtime) if not _broken(p)]
+    if problem := broken_checkpoint(last):
+        whole = [
+            p for p in sorted(last.parent.glob("*.ckpt"), key=lambda p: -p.stat().st_mtime) if not broken_checkpoint(p)
+        ]
         then = (
             f"the whole checkpoints beside it, newest first: {', '.join(p.name for p in whole)}; continue from one "
             f"with python train.py resume={folder} ckpt_path={whole[0]}"
@@ -110,22 +111,6 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
             else "no other checkpoint beside it is whole: start the run again"
         )
         raise InputError(f"resume={folder}: its checkpoints/last.ckpt is not a whole checkpoint ({problem}); {then}")
-
-
-def _broken(checkpoint: Path) -> str | None:
-    """Why ``checkpoint`` is not a whole torch checkpoint (a zip archive: a truncated one has no
-    directory at its end, a damaged one fails its members' CRCs), or None. Without importing torch."""
-    try:
-        with zipfile.ZipFile(checkpoint) as archive:
-            damaged = archive.testzip()
-            names = archive.namelist()
-    except (OSError, zipfile.BadZipFile) as err:
-        return f"{err}, a file cut short"
-    if damaged is not None:
-        return f"{damaged} in it is damaged"
-    if not any(name.endswith("/data.pkl") for name in names):
-        return "it is a zip file but not a torch checkpoint"
-    return None
 
 
 def _key(override: str) -> str:

@@ -24,7 +24,16 @@ DATA_MODULES = (f"{PACKAGE}.",)  # and its data module (export checks on the tes
 
 
 def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> dict[str, Any]:
-    """A checkpoint file's contents, as data; one line for a remote, missing or broken file."""
+    """A Lightning checkpoint's contents, as data; one line for a remote, missing or broken file."""
+    checkpoint = read(path, map_location, what)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise InputError(f"{what}={path} holds no 'state_dict': not a Lightning checkpoint")
+    return checkpoint
+
+
+def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> Any:
+    """What ``torch.save`` wrote to a local file, as data (``weights_only``); one line for a remote,
+    missing or broken file."""
     if "://" in str(path):
         raise InputError(
             f"{what}={path}: checkpoints are read from local files only; download it first "
@@ -34,13 +43,10 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ck
     if not path.is_file():
         raise InputError(f"{what}={path}: no such file")
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file
         reason = " ".join(str(err).split())[:300]
         raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {reason}") from err
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise InputError(f"{what}={path} holds no 'state_dict': not a Lightning checkpoint")
-    return checkpoint
 
 
 def network(checkpoint: dict[str, Any]) -> nn.Module:
