@@ -1,7 +1,6 @@
 """Checkpoint files that appear whole or not at all, say which run wrote them, and are read as data."""
 
 import errno
-import logging
 import os
 import shutil
 import tempfile
@@ -16,7 +15,6 @@ from mnistlab.checks import InputError
 from mnistlab.trained import read
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
-log = logging.getLogger(__name__)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -55,7 +53,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             partial.unlink(missing_ok=True)
             raise _write_failure(target, err, written) from err
         finally:
-            partial.unlink(missing_ok=True)
+            partial.unlink(missing_ok=True)  # an interruption (KeyboardInterrupt) leaves no partial file
 
     def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
         return read(path, map_location=map_location)  # any file Lightning reads: ddp_notebook's weights too

@@ -12,7 +12,6 @@ Under torchrun and srun every rank is given the folder's name (``launch.RUN_ID``
 only joins it.
 """
 
-import itertools
 import os
 import shutil
 import time
@@ -30,18 +29,19 @@ def claim(parent: str) -> str:
     if given := os.environ.get(RUN_ID):
         return str(Path(parent) / given)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    for n in itertools.count(1):
-        folder = Path(parent) / (stamp if n == 1 else f"{stamp}_{n}")
+    folder, n = Path(parent) / stamp, 1
+    while True:
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
             folder.mkdir()
         except FileExistsError:
+            n += 1
+            folder = Path(parent) / f"{stamp}_{n}"
             continue
         except OSError:
             return str(folder)  # it cannot be made: failures.WritableOutput says so in one line
         _made_here.add(folder.resolve())
         return str(folder)
-    raise AssertionError("unreachable")
 
 
 def discard_if_unused(folder: Path) -> None:
