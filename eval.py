@@ -23,5 +23,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv += launch.join_external_launch()  # under torchrun: one run folder for all ranks
+    sys.argv += launch.join_external_launch("eval")  # under torchrun: one run folder for all ranks
     main()

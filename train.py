@@ -28,5 +28,5 @@ if __name__ == "__main__":
     signals.listen()  # from now on a stop signal waits for the first step (where SafeStop saves the run)
     with failures.reported():
         sys.argv = resume.expand(sys.argv)  # resume=<run folder>: that run's own overrides, then these
-    sys.argv += launch.join_external_launch()  # under torchrun: one run folder for all ranks
+    sys.argv += launch.join_external_launch("train")  # under torchrun: one run folder for all ranks
     main()

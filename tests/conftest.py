@@ -2,7 +2,6 @@
 
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -10,6 +9,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
+
+import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
@@ -93,10 +94,27 @@ def last_checkpoint(run: Path) -> dict:
     return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
 
 
-def assert_same_weights(a: dict, b: dict) -> None:
-    """The checkpoints ``a`` and ``b`` hold the same weights and metric states, to 1e-6."""
+def assert_same_weights(a: dict, b: dict, atol: float = 1e-6) -> None:
+    """The checkpoints ``a`` and ``b`` hold the same weights and metric states."""
+    assert a["state_dict"].keys() == b["state_dict"].keys()
     for name, value in a["state_dict"].items():
-        torch.testing.assert_close(b["state_dict"][name], value, rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            b["state_dict"][name], value, rtol=0, atol=atol, msg=lambda m, name=name: f"{name}: {m}"
+        )
+
+
+def assert_same_training(a: dict, b: dict, atol: float = 1e-6) -> None:
+    """The same weights, and the same optimizer state (Adam's step count and moments, every parameter)."""
+    assert_same_weights(a, b, atol)
+    (first,), (second,) = a["optimizer_states"], b["optimizer_states"]
+    assert first["state"].keys() == second["state"].keys() and first["state"]
+    for index, state in first["state"].items():
+        for key, value in state.items():
+            # Adam's second moment is a square: its scale is the gradient's squared, not the weights'.
+            where = f"optimizer state {index}.{key}"
+            torch.testing.assert_close(
+                second["state"][index][key], value, rtol=1e-4, atol=atol, msg=lambda m, where=where: f"{where}: {m}"
+            )
 
 
 def compose_config(name: str, out: Path, overrides: Sequence[str] = ()) -> DictConfig:
@@ -109,17 +127,8 @@ def compose_config(name: str, out: Path, overrides: Sequence[str] = ()) -> DictC
 
 
 def run_script(script: str, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it).
-    The faults tests inject (``tests/faults.py``) are importable there as ``faults.<name>``."""
-    return subprocess.run(
-        [sys.executable, str(ROOT / script), *overrides],
-        cwd=ROOT,
-        env=os.environ | {"PYTHONPATH": str(ROOT / "tests")},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,  # the tests read the exit status and the messages themselves
-    )
+    """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it)."""
+    return processes.run(processes.python(script, *overrides), timeout=timeout)
 
 
 @pytest.fixture

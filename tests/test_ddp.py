@@ -14,32 +14,10 @@ import torch
 
 from mnistlab.network import SimpleNN
 
-from conftest import ROOT, SHORT, run_script
+import processes
+from conftest import ROOT, SHORT, assert_same_training, last_checkpoint, run_script
 
 pytestmark = pytest.mark.slow
-
-
-def test_ddp_on_cpu_writes_one_run(tmp_path: Path) -> None:
-    result = run_script(
-        "train.py",
-        "strategy=ddp",
-        "trainer.devices=2",
-        "trainer.max_epochs=2",
-        "trainer.limit_train_batches=40",
-        "trainer.limit_val_batches=10",
-        f"paths.log_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run,) = (tmp_path / "train" / "runs").iterdir()  # one run directory, shared by both ranks
-    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
-    assert len(list(run.rglob("checkpoints"))) == 1 and (run / "checkpoints" / "last.ckpt").is_file()
-    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]  # one TensorBoard run
-    assert {p.name for p in run.glob("*.log")} == {"train.log", "train_ddp_process_1.log"}
-    assert "Starting with 2 processes" in result.stdout
-    # The console is rank 0's: rank 1 logs the same final line to its own file only.
-    assert result.stdout.count("Tested ") == 1
-    assert "Tested " in (run / "train_ddp_process_1.log").read_text()
-    assert "[rank: 1]" not in result.stdout + result.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without a GPU")
@@ -78,66 +56,95 @@ def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(launcher: str, tmp_pat
         assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
 
 
-# Two runs from the same seed, over the same 20 global batches of 64: one process, and two DDP ranks of 32.
-EQUIVALENCE = ["trainer.max_epochs=1", "trainer.limit_train_batches=20", "trainer.limit_val_batches=2", "test=false"]
+# Runs from the same seed over the same 2 epochs of 20 global batches of 64 (the second epoch reshuffled):
+# one process, and 4 ranks of 16, however they are started.
+EQUIVALENCE = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=20",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.accelerator=cpu",
+]
+FOUR_BY_HAND = ["strategy=ddp", "trainer.devices=2", "trainer.num_nodes=2", "data.prepare_data_per_node=false"]
+FOUR_RANK_LOGS = {"train.log", "train_ddp_process_1.log", "train_ddp_process_2.log", "train_ddp_process_3.log"}
+
+
+def _train(out: Path, *overrides: str) -> Path:
+    result = run_script("train.py", *EQUIVALENCE, *overrides, f"hydra.run.dir={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
 
 
 @pytest.fixture(scope="module")
-def one_and_two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    runs = []
-    for name, processes in [("one", []), ("two", ["strategy=ddp", "trainer.devices=2"])]:
-        out = tmp_path_factory.mktemp(name)
-        result = run_script("train.py", *EQUIVALENCE, *processes, f"hydra.run.dir={out}")
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(out)
-    return runs[0], runs[1]
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _train(tmp_path_factory.mktemp("one"))
 
 
-def test_ddp_computes_what_one_process_computes(one_and_two_processes: tuple[Path, Path]) -> None:
-    one, two = (torch.load(run / "checkpoints" / "last.ckpt", weights_only=True) for run in one_and_two_processes)
-    assert one["global_step"] == two["global_step"] == 20
+@pytest.fixture(scope="module")
+def first_epoch_on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _train(tmp_path_factory.mktemp("two"), "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2")
+
+
+def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
+    """``run`` ends with the weights and Adam state of the single-process run, which moved every weight."""
+    one, other = last_checkpoint(one_process), last_checkpoint(run)
+    assert one["global_step"] == other["global_step"] == 40
     torch.manual_seed(42)  # the runs' seed: their common starting point
-    start = {f"net.{name}": value for name, value in SimpleNN().state_dict().items()}
-    for name, initial in start.items():  # every weight of the network (the state_dict also holds val_acc_best)
-        value = one["state_dict"][name]
-        assert (value - initial).abs().max() > 1e-3  # 20 Adam steps moved every tensor
-        torch.testing.assert_close(two["state_dict"][name], value, rtol=0, atol=1e-5)
+    for name, initial in SimpleNN().state_dict().items():
+        assert (one["state_dict"][f"net.{name}"] - initial).abs().max() > 1e-3  # 40 Adam steps moved it
+    assert_same_training(one, other, atol=1e-5)
 
 
-def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(
-    one_and_two_processes, tmp_path: Path
-) -> None:
-    checkpoint = one_and_two_processes[0] / "checkpoints" / "last.ckpt"
+def test_four_ranks_on_cpu_train_as_one_process_and_write_one_run(one_process: Path, tmp_path: Path) -> None:
+    """The README's headline, ``python train.py trainer.devices=4 strategy=ddp``, on CPU (gloo)."""
+    result = run_script("train.py", *EQUIVALENCE, "strategy=ddp", "trainer.devices=4", f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = _one_run(tmp_path, FOUR_RANK_LOGS)
+    assert (run / "checkpoints" / "last.ckpt").is_file() and len(list(run.rglob("checkpoints"))) == 1
+    assert "Starting with 4 processes" in result.stdout
+    # The console is rank 0's: the other ranks log the same final line to their own files only.
+    assert result.stdout.count("Tested ") == 1
+    assert all("Tested " in (run / log).read_text() for log in FOUR_RANK_LOGS)
+    assert "[rank: 1]" not in result.stdout + result.stderr
+    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 2 * 64
+    assert_trained_as_one_process(run, one_process)
+
+
+def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_process, tmp_path: Path) -> None:
+    checkpoint = one_process / "checkpoints" / "last.ckpt"
     results = []
     # 10,000 images do not divide by 3, nor a batch of 100: evaluation takes any batch on any processes.
-    for batch, processes in (("64", []), ("100", ["strategy=ddp", "trainer.devices=3"])):
-        out = tmp_path / str(len(processes))
+    for batch, ranks in (("64", []), ("100", ["strategy=ddp", "trainer.devices=3"])):
+        out = tmp_path / str(len(ranks))
         result = run_script(
-            "eval.py", f"ckpt_path={checkpoint}", f"data.batch_size={batch}", *processes, f"hydra.run.dir={out}"
-        )
+            "eval.py", f"ckpt_path={checkpoint}", f"data.batch_size={batch}", "trainer.accelerator=cpu", *ranks,
+            f"hydra.run.dir={out}",
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
         results.append(json.loads((out / "metrics.json").read_text()))
     single, three = results
     assert single["test/samples"] == three["test/samples"] == 10_000
     assert three["test/acc"] == single["test/acc"]
     assert three["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)
+    assert {p.name for p in (tmp_path / "2").glob("*.log")} == {
+        f"eval{n}.log" for n in ("", "_ddp_process_1", "_ddp_process_2")
+    }
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_ddp_run_resumes_on_any_number_of_processes(one_and_two_processes, processes: int, tmp_path: Path) -> None:
-    checkpoint = one_and_two_processes[1] / "checkpoints" / "last.ckpt"
-    overrides = [*EQUIVALENCE, "trainer.max_epochs=2", f"ckpt_path={checkpoint}", f"hydra.run.dir={tmp_path}"]
-    if processes > 1:
-        overrides += ["strategy=ddp", f"trainer.devices={processes}"]
-    result = run_script("train.py", *overrides)
-    assert result.returncode == 0, result.stderr[-3000:]
-    resumed = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
-    assert (resumed["epoch"], resumed["global_step"]) == (1, 40)  # picked up after the first 20 steps
+@pytest.mark.parametrize("count", [1, 2])
+def test_ddp_run_resumes_on_any_number_of_processes(first_epoch_on_two, one_process, count: int, tmp_path) -> None:
+    """The first epoch on 2 processes, the second on 1 or 2 (ckpt_path=): the single-process run's weights
+    and optimizer state, as if never stopped."""
+    checkpoint = first_epoch_on_two / "checkpoints" / "last.ckpt"
+    assert last_checkpoint(first_epoch_on_two)["global_step"] == 20
+    ddp = ["strategy=ddp", f"trainer.devices={count}"] if count > 1 else []
+    run = _train(tmp_path, f"ckpt_path={checkpoint}", *ddp)
+    assert_trained_as_one_process(run, one_process)
 
 
-def _torchrun(*args: str, timeout: float = 300) -> subprocess.Popen[str]:
+def _torchrun(*args: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "torch.distributed.run", *args]  # the seed's launcher style: torchrun
-    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return processes.start(command)
 
 
 def _free_port() -> str:
@@ -147,53 +154,57 @@ def _free_port() -> str:
         return str(probe.getsockname()[1])
 
 
-def _one_run(log_dir: Path) -> Path:
+def _one_run(log_dir: Path, logs: set[str] = frozenset({"train.log", "train_ddp_process_1.log"})) -> Path:
+    """The one run folder of ``log_dir``: one saved config, one TensorBoard run, one log per rank."""
     (run,) = (log_dir / "train" / "runs").iterdir()
-    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
-    assert {p.name for p in run.glob("*.log")} == {"train.log", "train_ddp_process_1.log"}
-    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]
+    _assert_one_run(run, logs)
     return run
 
 
-def test_torchrun_ranks_share_one_run(tmp_path: Path) -> None:
+def _assert_one_run(run: Path, logs: set[str]) -> None:
+    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert {p.name for p in run.glob("*.log")} == logs
+    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]
+    for rank, log in enumerate(sorted(logs - {"train.log"}), start=1):  # each rank wrote its own file
+        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{len(logs)}" in (run / log).read_text(), log
+
+
+def test_torchrun_four_ranks_train_as_one_process_in_one_run(one_process: Path, tmp_path: Path) -> None:
     run = _torchrun(
-        "--standalone",
-        "--nproc_per_node=2",
-        "train.py",
-        "strategy=ddp",
-        "trainer.devices=2",
-        *SHORT,
+        "--standalone", "--nproc_per_node=4", "train.py", *EQUIVALENCE, "strategy=ddp", "trainer.devices=4",
         f"paths.log_dir={tmp_path}",
-    )
-    output = run.communicate(timeout=300)[0]
+    )  # fmt: skip
+    output = processes.finish(run)
     assert run.returncode == 0, output[-3000:]
-    assert "Starting with 2 processes" in output
-    assert json.loads((_one_run(tmp_path) / "metrics.json").read_text())["test/samples"] == 5 * 64
+    assert "Starting with 4 processes" in output
+    assert_trained_as_one_process(_one_run(tmp_path, FOUR_RANK_LOGS), one_process)
 
 
-def test_two_simulated_nodes_train_together(tmp_path: Path) -> None:
+def test_two_simulated_nodes_of_two_processes_under_torchrun(one_process: Path, tmp_path: Path) -> None:
     port = _free_port()
-    agents = [
-        _torchrun(
-            "--nnodes=2",
-            f"--node_rank={node}",
-            "--nproc_per_node=1",
-            "--master_addr=127.0.0.1",
-            f"--master_port={port}",
-            "train.py",
-            "strategy=ddp",
-            "trainer.devices=1",
-            "trainer.num_nodes=2",
-            "data.prepare_data_per_node=false",
-            *SHORT,
-            f"paths.log_dir={tmp_path}",
+    machine = ["--nnodes=2", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}"]
+    script = ["train.py", *EQUIVALENCE, *FOUR_BY_HAND, f"paths.log_dir={tmp_path}"]
+    agents = [_torchrun(*machine, f"--node_rank={node}", *script) for node in (0, 1)]
+    outputs = [processes.finish(agent) for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert "Starting with 4 processes" in outputs[0]
+    assert_trained_as_one_process(_one_run(tmp_path, FOUR_RANK_LOGS), one_process)
+
+
+def test_two_machines_of_two_processes_started_by_hand(one_process: Path, tmp_path: Path) -> None:
+    """The README's recipe with Lightning's variables: each machine's first process starts its second."""
+    port = _free_port()
+    nodes = [
+        processes.start(
+            processes.python("train.py", *EQUIVALENCE, *FOUR_BY_HAND, f"hydra.run.dir={tmp_path}"),
+            env=os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(node)},
         )
         for node in (0, 1)
     ]
-    outputs = [agent.communicate(timeout=300)[0] for agent in agents]
-    assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    assert "Starting with 2 processes" in outputs[0]
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (_one_run(tmp_path) / "train_ddp_process_1.log").read_text()
+    outputs = [processes.finish(node) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    _assert_one_run(tmp_path, FOUR_RANK_LOGS)  # global ranks 1 and 3 no longer share local rank 1's file
+    assert_trained_as_one_process(tmp_path, one_process)
 
 
 def _fake_srun_task(rank: int, tasks: int, job_id: str, *overrides: str) -> subprocess.Popen[str]:
@@ -209,10 +220,7 @@ def _fake_srun_task(rank: int, tasks: int, job_id: str, *overrides: str) -> subp
         "SLURM_NODELIST": "127.0.0.1",
         "SLURM_JOB_NUM_NODES": "1",
     }
-    command = [sys.executable, "train.py", *overrides]
-    return subprocess.Popen(
-        command, cwd=ROOT, env=os.environ | slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    return processes.start(processes.python("train.py", *overrides), env=os.environ | slurm)
 
 
 def test_srun_tasks_are_recognised_and_share_the_job_folder(tmp_path: Path) -> None:
@@ -221,7 +229,7 @@ def test_srun_tasks_are_recognised_and_share_the_job_folder(tmp_path: Path) -> N
         _fake_srun_task(r, 2, job_id, "strategy=ddp", "trainer.devices=2", *SHORT, f"paths.log_dir={tmp_path}")
         for r in (0, 1)
     ]
-    outputs = [task.communicate(timeout=300)[0] for task in tasks]
+    outputs = [processes.finish(task) for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     run = _one_run(tmp_path)
     assert run.name == f"slurm-{job_id}"  # stable across requeues of the job
@@ -257,49 +265,17 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
     ],
 )
 def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict, message: str, tmp_path) -> None:
-    command = [
-        sys.executable,
+    command = processes.python(
         "train.py",
         "strategy=ddp",
         "trainer.devices=2",
         "trainer.strategy.timeout.seconds=5",
         f"paths.log_dir={tmp_path}",
-    ]
-    result = subprocess.run(
-        command, cwd=ROOT, env=os.environ | stray, capture_output=True, text=True, timeout=120, check=False
     )
+    result = processes.run(command, env=os.environ | stray, timeout=120)
     assert result.returncode == 1
     assert message in result.stderr and "unset LOCAL_RANK" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-def test_two_machines_started_by_hand_with_lightnings_variables(tmp_path: Path) -> None:
-    port = _free_port()
-    nodes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "train.py",
-                "strategy=ddp",
-                "trainer.devices=1",
-                "trainer.num_nodes=2",
-                "data.prepare_data_per_node=false",
-                *SHORT,
-                f"hydra.run.dir={tmp_path}",
-            ],
-            cwd=ROOT,
-            env=os.environ | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NODE_RANK": str(node)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for node in (0, 1)
-    ]
-    outputs = [node.communicate(timeout=300)[0] for node in nodes]
-    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    assert [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("config.yaml")] == [".hydra/config.yaml"]
-    assert {p.name for p in tmp_path.glob("*.log")} == {"train.log", "train_node_1.log"}
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "train_node_1.log").read_text()
 
 
 def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
@@ -340,20 +316,25 @@ DDP_RUN = [
 ]
 
 
-def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path: Path) -> None:
-    signalled = ["+callbacks.signal._target_=faults.SignalAt", "+callbacks.signal.step=25"]
-    result = run_script(
-        "train.py", *DDP_RUN, *signalled, "+callbacks.signal.signal=SIGUSR1", f"paths.log_dir={tmp_path}"
-    )
+def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(one_process: Path, tmp_path: Path) -> None:
+    """SIGUSR1 to rank 0 at step 5 of 2 ranks: both stop at the next check, save, and the resumed run ends
+    with the uninterrupted single-process run's weights and optimizer state."""
+    signalled = [
+        "+callbacks.signal._target_=faults.SignalAt",
+        "+callbacks.signal.step=5",
+        "+callbacks.signal.signal=SIGUSR1",
+    ]
+    ddp = ["strategy=ddp", "trainer.devices=2", "trainer.log_every_n_steps=10"]  # the ranks agree every 10 steps
+    result = run_script("train.py", *EQUIVALENCE, *ddp, *signalled, f"paths.log_dir={tmp_path}")
     assert result.returncode == 128 + 10, result.stderr[-3000:]
     run = _one_run(tmp_path)
-    # The ranks agree at the next check (every trainer.log_every_n_steps=10 steps): step 30.
-    assert result.stdout.count("Stopped by SIGUSR1 at step 30 (epoch 0)") == 1  # rank 0's console only
-    assert "Stopped by SIGUSR1 at step 30" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 30
+    # The ranks agree at the next check (every trainer.log_every_n_steps=10 steps): step 10.
+    assert result.stdout.count("Stopped by SIGUSR1 at step 10 (epoch 0)") == 1  # rank 0's console only
+    assert "Stopped by SIGUSR1 at step 10" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
+    assert last_checkpoint(run)["global_step"] == 10
     resumed = run_script("train.py", f"resume={run}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 80
+    assert_trained_as_one_process(run, one_process)
 
 
 def test_ddp_ranks_stop_together_when_one_diverges(tmp_path: Path) -> None:
@@ -370,16 +351,14 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     longer = [*DDP_RUN, "trainer.limit_train_batches=200", "callbacks.last_checkpoint.every_n_train_steps=20"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts=1", "--nproc_per_node=2"]
     console = (tmp_path / "console.txt").open("w")  # not a pipe: nobody reads it while the test waits
-    agent = subprocess.Popen(
-        [*torchrun, "train.py", *longer, f"paths.log_dir={tmp_path}"], cwd=ROOT, stdout=console, stderr=console
-    )
+    agent = processes.start([*torchrun, "train.py", *longer, f"paths.log_dir={tmp_path}"], output=console)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
         time.sleep(0.05)
     workers = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
     assert len(workers) == 2, workers
     os.kill(int(workers[1]), signal.SIGKILL)  # one worker dies mid-training
-    agent.wait(timeout=300)
+    processes.finish(agent)
     assert agent.returncode == 0, (tmp_path / "console.txt").read_text()[-3000:]
     run = _one_run(tmp_path)
     log = (run / "train.log").read_text()

@@ -3,8 +3,8 @@
 torchrun and srun start every rank themselves, and each rank composes the config on its own: left
 alone, each would name its own run folder after its own clock and save its own copy of the config.
 So before Hydra starts, the ranks agree on one folder name (through torchrun's store, or from the
-SLURM job id), and only rank 0 saves the config; the others log to <script>_ddp_process_<rank>.log,
-as Lightning's own ranks do.
+SLURM job id), and only rank 0 saves the config; the others log to <script>_ddp_process_<global rank>.log,
+however they were started.
 
 Lightning's DDP launcher starts a job's extra ranks by re-running the command line. In a Hydra sweep
 that command line is the whole sweep (``-m ...``): each re-launched rank would run every job of it,
@@ -135,9 +135,9 @@ def _roll_call(rank: int, world_size: int) -> list[int] | None:
         return None
 
 
-def join_external_launch() -> list[str]:
+def join_external_launch(config_name: str) -> list[str]:
     """Under torchrun, srun or a launch by hand: one run folder; return the overrides this rank needs."""
-    if not {"RANK", "SLURM_NTASKS", "NODE_RANK"} & os.environ.keys():
+    if not {"RANK", "SLURM_NTASKS", "NODE_RANK", "LOCAL_RANK"} & os.environ.keys():
         return []  # launched by no one: a plain run, which need not wait for Lightning's import to fail fast
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
@@ -150,15 +150,37 @@ def join_external_launch() -> list[str]:
         # checkpoint Lightning saves there when SLURM signals it (sbatch --signal=SIGUSR1@90) or
         # from its last.ckpt.
         os.environ[RUN_ID] = f"slurm-{os.environ['SLURM_JOB_ID']}"
-    elif os.environ.get("NODE_RANK", "0") != "0" and "LOCAL_RANK" not in os.environ:
-        # Started by hand on another machine, with Lightning's variables: the user names the folder
-        # (hydra.run.dir), and Lightning starts this machine's other ranks.
-        return ["hydra.output_subdir=null", f"hydra.job.name={Path(sys.argv[0]).stem}_node_{os.environ['NODE_RANK']}"]
+    elif os.environ.get("NODE_RANK", "0") != "0" or "WORLD_SIZE" in os.environ:
+        # Lightning's variables: a machine's first process started by hand (the user names the
+        # folder, hydra.run.dir), or a rank Lightning started. Lightning names its ranks' logs by
+        # local rank, which machines repeat: renamed here by global rank.
+        rank = _global_rank_by_hand(config_name)
     else:
         return []
     if rank == 0:
         return []
     return ["hydra.output_subdir=null", f"hydra.job.name={Path(sys.argv[0]).stem}_ddp_process_{rank}"]
+
+
+def _global_rank_by_hand(config_name: str) -> int:
+    """NODE_RANK x processes per machine + LOCAL_RANK, as Lightning numbers its ranks."""
+    node, local = int(os.environ.get("NODE_RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    return local if node == 0 else node * _processes_per_node(config_name) + local
+
+
+def _processes_per_node(config_name: str) -> int:
+    """trainer.devices of this command line's config, counted by Lightning's rules ("auto", lists)."""
+    from hydra import compose, initialize_config_dir
+    from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
+
+    conf = Path(os.environ.get(ENTRY_POINT, sys.argv[0])).resolve().parent / "conf"
+    overrides = [arg for arg in sys.argv[1:] if not arg.startswith("hydra.")]  # Lightning's own are for main
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        trainer = compose(config_name, overrides=overrides).trainer
+    on_cpu = trainer.accelerator == "cpu" or not CUDAAccelerator.is_available()
+    accelerator = CPUAccelerator if on_cpu else CUDAAccelerator
+    devices = accelerator.auto_device_count() if trainer.devices == "auto" else trainer.devices
+    return len(accelerator.get_parallel_devices(accelerator.parse_devices(devices)))
 
 
 def _run_id_from_torchrun_store(rank: int, timeout: timedelta = timedelta(minutes=10)) -> str:

@@ -1,0 +1,83 @@
+"""The processes the tests start: each in a session of its own, so that a test that ends, passes or
+times out ends the process and every rank it started (one ``killpg``), and no orphaned rank slows
+the tests after it."""
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start(
+    command: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT, output=subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """Start ``command`` in a new session, its stderr merged into ``output`` (a pipe, or a file).
+    The faults tests inject (``tests/faults.py``) are importable there as ``faults.<name>``."""
+    return subprocess.Popen(
+        list(command),
+        cwd=cwd,
+        env=_with_faults(env),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 300) -> str:
+    """Wait for ``process`` and return its output; past ``timeout`` s, kill its group and fail the test."""
+    try:
+        output = process.communicate(timeout=timeout)[0] or ""
+    except subprocess.TimeoutExpired:
+        end_group(process)
+        output = process.communicate()[0] or ""
+        pytest.fail(f"{process.args} ran past {timeout} s; its last output:\n{output[-3000:]}")
+    end_group(process)  # ranks a failed run left behind
+    return output
+
+
+def end_group(process: subprocess.Popen[str]) -> None:
+    """SIGKILL every process of ``process``'s session that is still alive (nothing when none is)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # the group is gone (PermissionError: macOS, a zombie leader)
+        pass
+
+
+def run(
+    command: Sequence[str], *, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to its end: exit status, stdout, and stderr kept apart (the tests read each)."""
+    process = subprocess.Popen(
+        list(command),
+        cwd=cwd,
+        env=_with_faults(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        end_group(process)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"{command} ran past {timeout} s; its last output:\n{(stdout + stderr)[-3000:]}")
+    end_group(process)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _with_faults(env: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT / "tests")]))
+    return env
+
+
+def python(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(ROOT / script), *args]
