@@ -337,6 +337,7 @@ def main() -> None:
     parser.add_argument("--costs", action="store_true", help="only price each default callback, in us a step")
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks", help="where the JSON goes")
     parser.add_argument("--fused", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bare-lightning", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -363,9 +364,8 @@ def main() -> None:
     width = max(map(len, rows))
     for name, value in rows.items():
         print(f"{name:<{width}}  {value}")
-    out = ROOT / "outputs" / "benchmarks"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"speed-{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"speed-{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
     path.write_text(json.dumps(rows, indent=2))
     print(f"written to {path}")
 

@@ -29,8 +29,8 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
     "tests/test_data.py",
     "tests/test_prediction.py",
     "tests/test_notebooks.py",
-    "notebooks/01_quickstart.ipynb",
-    "notebooks/02_distributed.ipynb",
+    "tests/test_benchmarks.py",
+    "notebooks",
     "benchmarks",
 ]
 PLACEHOLDERS = """

@@ -1,6 +1,7 @@
 """Shared fixtures: the real ``conf/``, composed with small overrides and temporary output folders."""
 
 import os
+import socket
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +11,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from mnistlab.network import SimpleNN
+
 import processes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,6 +20,44 @@ os.environ.setdefault("PROJECT_ROOT", str(ROOT))
 # MNIST comes from $DATA_DIR (CI points it at a prepared copy); without it, the project's data/,
 # where the data module downloads MNIST on first use.
 DATA_DIR = os.environ.setdefault("DATA_DIR", str(ROOT / "data"))
+# What the environment is between tests: in-process training sets PL_GLOBAL_SEED,
+# CUBLAS_WORKSPACE_CONFIG and more, which would otherwise leak into the tests after it.
+ENVIRONMENT = dict(os.environ)
+IN_CI = os.environ.get("CI") == "true"  # .ci/run sets it: there, only a hardware skip is a skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``gpu(n)``: needs n CUDA GPUs; ``no_gpu``: checks a refusal that only a machine without one gives."""
+    gpus = torch.cuda.device_count()
+    for item in items:
+        if (needs := item.get_closest_marker("gpu")) and gpus < needs.kwargs.get("count", 1):
+            item.add_marker(pytest.mark.skip(reason=f"needs {needs.kwargs.get('count', 1)} CUDA GPU(s), has {gpus}"))
+        if item.get_closest_marker("no_gpu") and gpus:
+            item.add_marker(pytest.mark.skip(reason="checks a refusal on machines without a GPU"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """In CI a skip fails the test (a missing tool, package or permission is CI's fault), except one for
+    the hardware the machine lacks: a green CI means every other test ran."""
+    report = yield
+    hardware = item.get_closest_marker("gpu") or item.get_closest_marker("no_gpu")
+    if IN_CI and report.skipped and not hardware and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI (CI=true), where nothing but a GPU test may skip: {report.longrepr}"
+    return report
+
+
+@pytest.fixture(autouse=True)
+def _test_rules(request: pytest.FixtureRequest):
+    """Only a slow test starts processes; every test leaves the environment as it found it."""
+    processes.in_slow_test = request.node.get_closest_marker("slow") is not None
+    yield
+    for name in os.environ.keys() - ENVIRONMENT.keys():
+        if not name.startswith("PYTEST_"):  # pytest's own (PYTEST_CURRENT_TEST): it removes them itself
+            del os.environ[name]
+    os.environ.update(ENVIRONMENT)
+
 
 # A few batches of everything: enough to exercise every hook on real data.
 SHORT = [
@@ -126,9 +167,73 @@ def compose_config(name: str, out: Path, overrides: Sequence[str] = ()) -> DictC
         )
 
 
-def run_script(script: str, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it)."""
-    return processes.run(processes.python(script, *overrides), timeout=timeout)
+TRAINERS = ("train.py", "eval.py")  # the entry points whose config holds a Trainer
+
+
+def run_script(
+    script: str, *overrides: str, timeout: float = 300, cpu: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it).
+    ``cpu``: first of all, trainer.accelerator=cpu: the tests mean CPU processes (gloo), which auto
+    would turn into GPUs (nccl) on a machine that has some."""
+    pinned = ["trainer.accelerator=cpu"] if cpu and script in TRAINERS else []
+    return processes.run(processes.python(script, *pinned, *overrides), timeout=timeout)
+
+
+# Runs from the same seed over the same 2 epochs of 20 global batches of 64 (the second epoch reshuffled):
+# one process, and 2 or 4 ranks however they are started, stopped and resumed, must end with the same weights.
+EQUIVALENCE = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=20",
+    "trainer.limit_val_batches=2",
+    "trainer.limit_test_batches=2",
+    "trainer.accelerator=cpu",
+]
+
+
+def train_like_one_process(out: Path, *overrides: str) -> Path:
+    """Train EQUIVALENCE's run in ``out`` (hydra.run.dir), with ``overrides``: the ranks, a checkpoint."""
+    result = run_script("train.py", *EQUIVALENCE, *overrides, f"hydra.run.dir={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference: EQUIVALENCE on one process."""
+    return train_like_one_process(tmp_path_factory.mktemp("one"))
+
+
+def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
+    """``run`` ends with the weights and Adam state of the single-process run, which moved every weight."""
+    one, other = last_checkpoint(one_process), last_checkpoint(run)
+    assert one["global_step"] == other["global_step"] == 40
+    torch.manual_seed(42)  # the runs' seed: their common starting point
+    for name, initial in SimpleNN().state_dict().items():
+        assert (one["state_dict"][f"net.{name}"] - initial).abs().max() > 1e-3  # 40 Adam steps moved it
+    assert_same_training(one, other, atol=1e-5)
+
+
+def free_port() -> str:
+    """A port for the rendezvous of processes that are started separately."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def one_run(log_dir: Path, logs: set[str] = frozenset({"train.log", "train_ddp_process_1.log"})) -> Path:
+    """The one run folder of ``log_dir``: one saved config, one TensorBoard run, one log per rank."""
+    (run,) = (log_dir / "train" / "runs").iterdir()
+    assert_one_run(run, logs)
+    return run
+
+
+def assert_one_run(run: Path, logs: set[str]) -> None:
+    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert {p.name for p in run.glob("*.log")} == logs
+    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]
+    for rank, log in enumerate(sorted(logs - {"train.log"}), start=1):  # each rank wrote its own file
+        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{len(logs)}" in (run / log).read_text(), log
 
 
 @pytest.fixture

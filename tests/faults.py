@@ -5,25 +5,36 @@ tests/ on PYTHONPATH). Not in conftest: importing Lightning while pytest loads c
 captures logs, makes Lightning's logger stop propagating, and caplog would see nothing.
 """
 
+import functools
+import io
 import os
 import signal as signal_module
-from pathlib import Path
 
 import lightning as L
 import torch
-
-from mnistlab.checkpoint_io import AtomicCheckpointIO
 
 
 class SignalAt(L.Callback):
     """Sends this process ``signal`` as batch ``step`` starts on ``rank`` of a run that starts afresh
     (a resumed one runs through): a signal from outside, at a step the test knows
-    (``+callbacks.signal._target_=faults.SignalAt``)."""
+    (``+callbacks.signal._target_=faults.SignalAt``); ``validating``: as the validation after ``step``
+    steps starts its first batch."""
 
-    def __init__(self, step: int, signal: str = "SIGTERM", rank: int = 0, times: int = 1) -> None:
+    def __init__(
+        self, step: int, signal: str = "SIGTERM", rank: int = 0, times: int = 1, validating: bool = False
+    ) -> None:
         self.step, self.signal, self.rank, self.times = step, getattr(signal_module, signal), rank, times
+        self.validating = validating
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if not self.validating:
+            self._send(trainer)
+
+    def on_validation_batch_start(self, trainer: L.Trainer, module: object, batch: object, index: int, *_) -> None:
+        if self.validating and not trainer.sanity_checking and index == 0:
+            self._send(trainer)
+
+    def _send(self, trainer: L.Trainer) -> None:
         if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
             for _ in range(self.times):  # times=2: Ctrl-C pressed twice
                 os.kill(os.getpid(), self.signal)
@@ -45,22 +56,35 @@ class PoisonAt(L.Callback):
                 next(pl_module.parameters()).view(-1)[0] = float("nan")
 
 
-class KilledMidWrite(AtomicCheckpointIO):
-    """The checkpoint writer, killed (SIGKILL) halfway through writing the checkpoint of step ``step``;
-    once: the partial file that kill leaves behind tells a resumed run it happened."""
+class KillAt(L.Callback):
+    """SIGKILL at step ``step``, resumed run or not: as its batch starts, or (``writing=true``) inside the
+    project's real checkpoint writer, once half of that step's checkpoint has reached the file.
 
-    def __init__(self, step: int) -> None:
-        super().__init__()
-        self.step = step
+    ``torch.save`` is what ``AtomicCheckpointIO`` calls to write: replaced here, so that everything around
+    it (the partial file's name, flushing, the rename) is the real code. A writer that wrote straight
+    onto ``last.ckpt`` would leave half a checkpoint there, and the resumed run would fail.
+    """
 
-    def save_checkpoint(self, checkpoint: dict, path: str | Path, storage_options: object = None) -> None:
-        partial = Path(path).with_name(f".{Path(path).name}.partial")
-        if checkpoint["global_step"] != self.step or partial.exists():
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        with partial.open("wb") as file:
-            file.write(b"half a checkpoint")
-            file.flush()
+    def __init__(self, step: int, writing: bool = False) -> None:
+        self.step, self.writing = step, writing
+
+    def setup(self, trainer: L.Trainer, *args: object) -> None:
+        if self.writing:
+            torch.save = functools.partial(_save_half_then_die, torch.save, self.step)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if not self.writing and trainer.global_step == self.step:
             os.kill(os.getpid(), signal_module.SIGKILL)
+
+
+def _save_half_then_die(save, step: int, obj: object, file, *args: object, **kwargs: object) -> None:
+    if not (isinstance(obj, dict) and obj.get("global_step") == step):
+        return save(obj, file, *args, **kwargs)
+    whole = io.BytesIO()
+    save(obj, whole, *args, **kwargs)
+    file.write(whole.getvalue()[: whole.tell() // 2])
+    file.flush()
+    os.kill(os.getpid(), signal_module.SIGKILL)
 
 
 class HangAt(L.Callback):

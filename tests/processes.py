@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+in_slow_test = True  # set by conftest for each test: only a test marked slow may start a process
 
 
 def start(
@@ -19,6 +20,7 @@ def start(
 ) -> subprocess.Popen[str]:
     """Start ``command`` in a new session, its stderr merged into ``output`` (a pipe, or a file).
     The faults tests inject (``tests/faults.py``) are importable there as ``faults.<name>``."""
+    _check_slow(command)
     return subprocess.Popen(
         list(command),
         cwd=cwd,
@@ -54,6 +56,7 @@ def run(
     command: Sequence[str], *, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     """Run ``command`` to its end: exit status, stdout, and stderr kept apart (the tests read each)."""
+    _check_slow(command)
     process = subprocess.Popen(
         list(command),
         cwd=cwd,
@@ -71,6 +74,11 @@ def run(
         pytest.fail(f"{command} ran past {timeout} s; its last output:\n{(stdout + stderr)[-3000:]}")
     end_group(process)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _check_slow(command: Sequence[str]) -> None:
+    if not in_slow_test:  # pytest -m "not slow" is the quick tier: it starts no process
+        pytest.fail(f"this test starts a process ({' '.join(map(str, command))[:200]}): mark it slow")
 
 
 def _with_faults(env: dict[str, str] | None) -> dict[str, str]:

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from mnistlab import schema
 from mnistlab.checks import InputError, check_devices
 from mnistlab.tasks import train
 
-from conftest import ROOT, compose_config
+from conftest import ROOT, compose_config, run_script
 
 CONF = ROOT / "conf"
 GROUPS = [
@@ -25,7 +26,6 @@ GROUPS = [
     "debug",
     "experiment",
 ]
-NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without a GPU")
 
 
 def options(group: str) -> list[str]:
@@ -95,7 +95,7 @@ def test_gpu_strategies_build_the_intended_trainer(option: str, cls: type, two_f
     assert trainer.strategy._get_process_group_backend() == "nccl"
 
 
-@NO_GPU
+@pytest.mark.no_gpu
 @pytest.mark.parametrize(
     "overrides,message",
     [
@@ -115,3 +115,56 @@ def test_scheduler_group_plugs_into_the_optimizer(scheduler: str, cls: str, tmp_
     optimizers = instantiate(cfg.model).configure_optimizers()
     assert optimizers["optimizer"].param_groups[0]["lr"] == 0.01
     assert type(optimizers["lr_scheduler"]["scheduler"]).__name__ == cls
+
+
+def _metrics(run: Path) -> dict:
+    return json.loads((run / "metrics.json").read_text())
+
+
+def _net(run: Path) -> dict:
+    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+
+
+# Each option that changes what a run does, run as a user runs it (shrunk), and what it promises
+# read back from the run's folder: (its overrides, shrinking ones, a check of the run folder).
+TINY = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]
+OPTION_RUNS = {
+    "debug=fdr": ([], lambda run, out: _metrics(run)["test/samples"] == 64 and not list(run.rglob("*.ckpt"))),
+    "debug=overfit": (["trainer.max_epochs=2"], lambda run, out: _metrics(run)["val/samples"] == 3 * 64),
+    "debug=limit": ([], lambda run, out: _net(run)["global_step"] == 2 * int(0.1 * 860)),  # 860 batches an epoch
+    "debug=profiler": (TINY, lambda run, out: "Action" in (run / "fit-profile.txt").read_text()),
+    "experiment=cosine_wide": (
+        [*TINY, "trainer.max_epochs=1"],
+        lambda run, out: _net(run)["state_dict"]["net.layers.0.weight"].shape == (512, 784),
+    ),
+    "strategy=ddp_spawn": (
+        [*TINY, "trainer.devices=2", "trainer.max_epochs=1"],
+        lambda run, out: _net(run)["global_step"] == 4 and "Starting with 2 processes" in out,
+    ),
+    "model.compile=true": (["debug=fdr"], lambda run, out: _metrics(run)["test/samples"] == 64),
+    "model/scheduler=plateau": (
+        [*TINY, "trainer.max_epochs=2"],
+        lambda run, out: _net(run)["lr_schedulers"][0]["patience"] == 1,
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("option", OPTION_RUNS)
+def test_every_option_that_changes_a_run_runs(option: str, tmp_path: Path) -> None:
+    shrunk, check = OPTION_RUNS[option]
+    result = run_script("train.py", option, *shrunk, "logger=csv", f"hydra.run.dir={tmp_path}", timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert check(tmp_path, result.stdout), sorted(p.name for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.slow
+def test_optimized_direction_minimize_picks_the_job_with_the_lowest_metric(tmp_path: Path) -> None:
+    lrs = "model.optimizer.lr=1e-3,1e-1"  # the second ends with the higher loss
+    low = ["optimized_metric=val/loss", "optimized_direction=minimize", *TINY, "trainer.max_epochs=1"]
+    result = run_script("train.py", "-m", lrs, *low, "logger=none", f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    losses = {job: _metrics(sweep / job)["val/loss"] for job in ("0", "1")}
+    best = min(losses, key=losses.get)
+    assert f"Best: job {best}, val/loss={losses[best]:.6g}: {sweep / best}" in result.stdout

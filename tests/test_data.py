@@ -181,6 +181,7 @@ def test_a_validation_split_as_large_as_the_training_files_is_refused(tmp_path: 
     assert str(refused.value).startswith("data.val_size=70000: should be less than or equal to 59999")
 
 
+@pytest.mark.slow
 def test_a_data_folder_that_cannot_be_read_is_one_line_and_leaves_no_run_folder(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     result = run_script("train.py", f"paths.data_dir={tmp_path / 'file'}", f"paths.log_dir={tmp_path / 'out'}")

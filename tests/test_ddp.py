@@ -2,25 +2,29 @@
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import torch
-
-from mnistlab.network import SimpleNN
 
 import processes
-from conftest import ROOT, SHORT, assert_same_training, last_checkpoint, run_script
+from conftest import (
+    EQUIVALENCE,
+    ROOT,
+    SHORT,
+    assert_one_run,
+    assert_trained_as_one_process,
+    free_port,
+    one_run,
+    run_script,
+)
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on machines without a GPU")
+@pytest.mark.no_gpu
 def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
     result = run_script("train.py", "strategy=ddp_nccl", "trainer.devices=2", f"paths.log_dir={tmp_path}", timeout=60)
     assert result.returncode == 1
@@ -32,74 +36,15 @@ def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])  # jobs in this process, or in a pool of workers
-def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(launcher: str, tmp_path: Path) -> None:
-    result = run_script(
-        "train.py",
-        "-m",
-        f"hydra/launcher={launcher}",
-        "strategy=ddp",
-        "trainer.devices=2",
-        "model.optimizer.lr=1e-3,3e-3",
-        *SHORT,
-        f"paths.log_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    for job, lr in [("0", "0.001"), ("1", "0.003")]:
-        folder = sweep / job
-        assert [p.relative_to(folder).as_posix() for p in folder.rglob("config.yaml")] == [".hydra/config.yaml"]
-        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # both ranks ran this job's lr
-            assert f"model.optimizer.lr={lr}" in (folder / rank_log).read_text()
-        metrics = json.loads((folder / "metrics.json").read_text())
-        assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
-
-
-# Runs from the same seed over the same 2 epochs of 20 global batches of 64 (the second epoch reshuffled):
-# one process, and 4 ranks of 16, however they are started.
-EQUIVALENCE = [
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=20",
-    "trainer.limit_val_batches=2",
-    "trainer.limit_test_batches=2",
-    "trainer.accelerator=cpu",
-]
 FOUR_BY_HAND = ["strategy=ddp", "trainer.devices=2", "trainer.num_nodes=2", "data.prepare_data_per_node=false"]
 FOUR_RANK_LOGS = {"train.log", "train_ddp_process_1.log", "train_ddp_process_2.log", "train_ddp_process_3.log"}
 
 
-def _train(out: Path, *overrides: str) -> Path:
-    result = run_script("train.py", *EQUIVALENCE, *overrides, f"hydra.run.dir={out}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
-
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _train(tmp_path_factory.mktemp("one"))
-
-
-@pytest.fixture(scope="module")
-def first_epoch_on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _train(tmp_path_factory.mktemp("two"), "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2")
-
-
-def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
-    """``run`` ends with the weights and Adam state of the single-process run, which moved every weight."""
-    one, other = last_checkpoint(one_process), last_checkpoint(run)
-    assert one["global_step"] == other["global_step"] == 40
-    torch.manual_seed(42)  # the runs' seed: their common starting point
-    for name, initial in SimpleNN().state_dict().items():
-        assert (one["state_dict"][f"net.{name}"] - initial).abs().max() > 1e-3  # 40 Adam steps moved it
-    assert_same_training(one, other, atol=1e-5)
-
-
-def test_four_ranks_on_cpu_train_as_one_process_and_write_one_run(one_process: Path, tmp_path: Path) -> None:
+def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Path, tmp_path: Path) -> None:
     """The README's headline, ``python train.py trainer.devices=4 strategy=ddp``, on CPU (gloo)."""
     result = run_script("train.py", *EQUIVALENCE, "strategy=ddp", "trainer.devices=4", f"paths.log_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
-    run = _one_run(tmp_path, FOUR_RANK_LOGS)
+    run = one_run(tmp_path, FOUR_RANK_LOGS)
     assert (run / "checkpoints" / "last.ckpt").is_file() and len(list(run.rglob("checkpoints"))) == 1
     assert "Starting with 4 processes" in result.stdout
     # The console is rank 0's: the other ranks log the same final line to their own files only.
@@ -131,45 +76,12 @@ def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_p
     }
 
 
-@pytest.mark.parametrize("count", [1, 2])
-def test_ddp_run_resumes_on_any_number_of_processes(first_epoch_on_two, one_process, count: int, tmp_path) -> None:
-    """The first epoch on 2 processes, the second on 1 or 2 (ckpt_path=): the single-process run's weights
-    and optimizer state, as if never stopped."""
-    checkpoint = first_epoch_on_two / "checkpoints" / "last.ckpt"
-    assert last_checkpoint(first_epoch_on_two)["global_step"] == 20
-    ddp = ["strategy=ddp", f"trainer.devices={count}"] if count > 1 else []
-    run = _train(tmp_path, f"ckpt_path={checkpoint}", *ddp)
-    assert_trained_as_one_process(run, one_process)
-
-
 def _torchrun(*args: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "torch.distributed.run", *args]  # the seed's launcher style: torchrun
     return processes.start(command)
 
 
-def _free_port() -> str:
-    """A port for the rendezvous of processes that are started separately."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
-
-
-def _one_run(log_dir: Path, logs: set[str] = frozenset({"train.log", "train_ddp_process_1.log"})) -> Path:
-    """The one run folder of ``log_dir``: one saved config, one TensorBoard run, one log per rank."""
-    (run,) = (log_dir / "train" / "runs").iterdir()
-    _assert_one_run(run, logs)
-    return run
-
-
-def _assert_one_run(run: Path, logs: set[str]) -> None:
-    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
-    assert {p.name for p in run.glob("*.log")} == logs
-    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]
-    for rank, log in enumerate(sorted(logs - {"train.log"}), start=1):  # each rank wrote its own file
-        assert f"GLOBAL_RANK: {rank}, MEMBER: {rank + 1}/{len(logs)}" in (run / log).read_text(), log
-
-
-def test_torchrun_four_ranks_train_as_one_process_in_one_run(one_process: Path, tmp_path: Path) -> None:
+def test_torchrun_four_ranks_train_as_one_process_inone_run(one_process: Path, tmp_path: Path) -> None:
     run = _torchrun(
         "--standalone", "--nproc_per_node=4", "train.py", *EQUIVALENCE, "strategy=ddp", "trainer.devices=4",
         f"paths.log_dir={tmp_path}",
@@ -177,23 +89,23 @@ def test_torchrun_four_ranks_train_as_one_process_in_one_run(one_process: Path, 
     output = processes.finish(run)
     assert run.returncode == 0, output[-3000:]
     assert "Starting with 4 processes" in output
-    assert_trained_as_one_process(_one_run(tmp_path, FOUR_RANK_LOGS), one_process)
+    assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
 
 
 def test_two_simulated_nodes_of_two_processes_under_torchrun(one_process: Path, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     machine = ["--nnodes=2", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}"]
     script = ["train.py", *EQUIVALENCE, *FOUR_BY_HAND, f"paths.log_dir={tmp_path}"]
     agents = [_torchrun(*machine, f"--node_rank={node}", *script) for node in (0, 1)]
     outputs = [processes.finish(agent) for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert "Starting with 4 processes" in outputs[0]
-    assert_trained_as_one_process(_one_run(tmp_path, FOUR_RANK_LOGS), one_process)
+    assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
 
 
 def test_two_machines_of_two_processes_started_by_hand(one_process: Path, tmp_path: Path) -> None:
     """The README's recipe with Lightning's variables: each machine's first process starts its second."""
-    port = _free_port()
+    port = free_port()
     nodes = [
         processes.start(
             processes.python("train.py", *EQUIVALENCE, *FOUR_BY_HAND, f"hydra.run.dir={tmp_path}"),
@@ -203,7 +115,7 @@ def test_two_machines_of_two_processes_started_by_hand(one_process: Path, tmp_pa
     ]
     outputs = [processes.finish(node) for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    _assert_one_run(tmp_path, FOUR_RANK_LOGS)  # global ranks 1 and 3 no longer share local rank 1's file
+    assert_one_run(tmp_path, FOUR_RANK_LOGS)  # global ranks 1 and 3 no longer share local rank 1's file
     assert_trained_as_one_process(tmp_path, one_process)
 
 
@@ -231,7 +143,7 @@ def test_srun_tasks_are_recognised_and_share_the_job_folder(tmp_path: Path) -> N
     ]
     outputs = [processes.finish(task) for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    run = _one_run(tmp_path)
+    run = one_run(tmp_path)
     assert run.name == f"slurm-{job_id}"  # stable across requeues of the job
     assert "Starting with 2 processes" in outputs[0]
 
@@ -276,95 +188,6 @@ def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict
     assert result.returncode == 1
     assert message in result.stderr and "unset LOCAL_RANK" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
-    result = run_script(
-        "train.py",
-        "-m",
-        "hydra/sweeper=optuna",
-        "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.direction=maximize",
-        "model.optimizer.lr=interval(1e-4,1e-2)",
-        "strategy=ddp",
-        "trainer.devices=2",
-        *SHORT,
-        f"paths.log_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    best = {}
-    for job in ("0", "1"):
-        (lr,) = [o for o in (sweep / job / ".hydra" / "overrides.yaml").read_text().split() if "optimizer.lr=" in o]
-        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # the sampled lr, on both ranks
-            assert lr in (sweep / job / rank_log).read_text()
-        best[lr] = json.loads((sweep / job / "metrics.json").read_text())["val/acc_best"]
-    results = (sweep / "optimization_results.yaml").read_text()
-    assert f"best_value: {max(best.values())}" in results
-
-
-DDP_RUN = [
-    "strategy=ddp",
-    "trainer.devices=2",
-    "trainer.max_epochs=2",
-    "trainer.limit_train_batches=40",
-    "trainer.limit_val_batches=5",
-    "trainer.limit_test_batches=5",
-    "trainer.log_every_n_steps=10",
-    "callbacks.last_checkpoint.every_n_train_steps=10",
-    "callbacks.last_checkpoint.every_n_epochs=null",
-]
-
-
-def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(one_process: Path, tmp_path: Path) -> None:
-    """SIGUSR1 to rank 0 at step 5 of 2 ranks: both stop at the next check, save, and the resumed run ends
-    with the uninterrupted single-process run's weights and optimizer state."""
-    signalled = [
-        "+callbacks.signal._target_=faults.SignalAt",
-        "+callbacks.signal.step=5",
-        "+callbacks.signal.signal=SIGUSR1",
-    ]
-    ddp = ["strategy=ddp", "trainer.devices=2", "trainer.log_every_n_steps=10"]  # the ranks agree every 10 steps
-    result = run_script("train.py", *EQUIVALENCE, *ddp, *signalled, f"paths.log_dir={tmp_path}")
-    assert result.returncode == 128 + 10, result.stderr[-3000:]
-    run = _one_run(tmp_path)
-    # The ranks agree at the next check (every trainer.log_every_n_steps=10 steps): step 10.
-    assert result.stdout.count("Stopped by SIGUSR1 at step 10 (epoch 0)") == 1  # rank 0's console only
-    assert "Stopped by SIGUSR1 at step 10" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
-    assert last_checkpoint(run)["global_step"] == 10
-    resumed = run_script("train.py", f"resume={run}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert_trained_as_one_process(run, one_process)
-
-
-def test_ddp_ranks_stop_together_when_one_diverges(tmp_path: Path) -> None:
-    poisoned = ["+callbacks.poison._target_=faults.PoisonAt", "+callbacks.poison.step=12", "+callbacks.poison.rank=1"]
-    result = run_script("train.py", *DDP_RUN, *poisoned, f"paths.log_dir={tmp_path}", timeout=180)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert result.stdout.count("The training loss became non-finite (NaN or inf) between steps 10 and 20") == 1
-    run = _one_run(tmp_path)
-    assert "became non-finite" in (run / "train_ddp_process_1.log").read_text()
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
-
-
-def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_path: Path) -> None:
-    longer = [*DDP_RUN, "trainer.limit_train_batches=200", "callbacks.last_checkpoint.every_n_train_steps=20"]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts=1", "--nproc_per_node=2"]
-    console = (tmp_path / "console.txt").open("w")  # not a pipe: nobody reads it while the test waits
-    agent = processes.start([*torchrun, "train.py", *longer, f"paths.log_dir={tmp_path}"], output=console)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    workers = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
-    assert len(workers) == 2, workers
-    os.kill(int(workers[1]), signal.SIGKILL)  # one worker dies mid-training
-    processes.finish(agent)
-    assert agent.returncode == 0, (tmp_path / "console.txt").read_text()[-3000:]
-    run = _one_run(tmp_path)
-    log = (run / "train.log").read_text()
-    assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}, this run folder's last checkpoint" in log
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 400
-    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * 64
 
 
 def test_a_rank_that_stops_answering_ends_the_run_within_its_timeout(tmp_path: Path) -> None:

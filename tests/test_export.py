@@ -1,6 +1,5 @@
 """export.py: the network alone, runnable without Lightning, checked against the checkpoint."""
 
-import subprocess
 import sys
 
 import numpy as np
@@ -11,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from mnistlab import trained
 from mnistlab.exporting import export, sample_inputs
 
+import processes
 from conftest import DATA_DIR, ROOT
 
 # Loads the exported file and classifies 100 test inputs saved as a NumPy array, with Lightning and this
@@ -29,6 +29,7 @@ print(" ".join(map(str, logits.argmax(1))))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("format", ["onnx", "torchscript"])
 def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(
     format: str, trained_checkpoint, tmp_path
@@ -43,8 +44,19 @@ def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(
     inputs = sample_inputs(saved, DATA_DIR, 100)
     np.save(tmp_path / "inputs.npy", inputs.numpy())
     command = [sys.executable, "-c", USE, str(path), str(tmp_path / "inputs.npy")]
-    alone = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    alone = processes.run(command, timeout=120)
     assert alone.returncode == 0, alone.stderr[-2000:]
     with torch.inference_mode():
         expected = trained.network(saved)(inputs).argmax(1)
     assert [int(p) for p in alone.stdout.split()] == expected.tolist()
+
+
+@pytest.mark.slow
+def test_an_export_whose_logits_differ_beyond_the_tolerance_is_refused(trained_checkpoint, tmp_path) -> None:
+    """ONNX's logits differ from the checkpoint's by about 6e-6: refused with tolerance=0."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose(
+            "export", [f"ckpt_path={trained_checkpoint}", "format=onnx", "tolerance=0", f"paths.output_dir={tmp_path}"]
+        )
+    with pytest.raises(RuntimeError, match=r"the exported model disagrees with the checkpoint: logits differ by \d"):
+        export(cfg)

@@ -5,6 +5,7 @@ see the code as it is now. Rendering copies the files and runs ``generator/renam
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from conftest import ROOT
 
-pytest.importorskip("copier", reason="copier renders the generator: pip install copier")
+pytestmark = pytest.mark.slow  # copier, git and the rendered project run as processes
 
 ANSWERS = ["-d", "project_name=Retina Lab", "-d", "author=Ada Lovelace", "-d", "email=ada@example.org"]
 GIT_ENV = {
@@ -100,7 +101,8 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     project = tmp_path / "blank"
     _copier("copy", "-d", "project_name=Blank Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
     assert _traces(project) == []
-    for gone in ("predict.py", "conf/data/mnist.yaml", "src/blank_lab/digits.py", "tests/test_data.py", "benchmarks"):
+    gone_with_the_example = ("predict.py", "conf/data/mnist.yaml", "src/blank_lab/digits.py", "tests/test_data.py")
+    for gone in (*gone_with_the_example, "benchmarks", "notebooks", "tests/test_notebooks.py"):
         assert not (project / gone).exists(), gone
     assert (
         "_target_: blank_lab.data.PlaceholderDataModule" in (project / "conf" / "data" / "placeholder.yaml").read_text()
@@ -125,18 +127,28 @@ def test_update_brings_template_changes_and_keeps_the_users_own(template: Path, 
     _commit(project, "generated")
     trainer = project / "conf" / "trainer" / "default.yaml"
     trainer.write_text(trainer.read_text().replace("max_epochs: 10 ", "max_epochs: 30 "))  # the user's edit
+    # and a line the template changes too
+    trainer.write_text(trainer.read_text().replace("log_every_n_steps: 50 ", "log_every_n_steps: 25 "))
     _commit(project, "train longer")
 
     tasks = template / "src" / "mnistlab" / "tasks.py"  # the template's change, under the template's name
-    tasks.write_text(tasks.read_text() + "\n# A change of the template's.\n")
+    tasks.write_text(tasks.read_text() + "\n# A change of the template's: see mnistlab.tasks.train.\n")
+    template_trainer = template / "conf" / "trainer" / "default.yaml"
+    template_trainer.write_text(
+        template_trainer.read_text().replace("log_every_n_steps: 50 ", "log_every_n_steps: 100")
+    )
     readme = template / "README.md"
     readme.write_text(readme.read_text() + "\nA new paragraph of the template's.\n")
     _commit(template, "a template change")
 
     _copier("update", cwd=project)
-    assert (project / "src" / "retina_lab" / "tasks.py").read_text().endswith("# A change of the template's.\n")
+    tasks_now = (project / "src" / "retina_lab" / "tasks.py").read_text()
+    assert tasks_now.endswith("# A change of the template's: see retina_lab.tasks.train.\n")  # renamed on the way
     assert (project / "README.md").read_text().endswith("A new paragraph of the template's.\n")
     assert "max_epochs: 30 " in trainer.read_text()
+    # Both changed log_every_n_steps: the file shows both, marked, for the user to choose (inline conflicts).
+    conflict = re.search(r"<<<<<<< .*\n(.*)\n=======\n(.*)\n>>>>>>> .*", trainer.read_text())
+    assert conflict and "log_every_n_steps: 25 " in conflict[1] and "n_steps: 100" in conflict[2], trainer.read_text()
     assert _traces(project) == []
     assert not list(project.rglob("*.rej"))
 

@@ -2,9 +2,7 @@
 only what it made, continues only its own last.ckpt, and tests only checkpoints it wrote."""
 
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +16,8 @@ from mnistlab.checkpoint_io import AtomicCheckpointIO
 from mnistlab.checks import InputError
 from mnistlab.tasks import train
 
-from conftest import ROOT, compose_config, run_script
+import processes
+from conftest import compose_config, run_script
 
 TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 TINY += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1"]
@@ -47,19 +46,11 @@ def test_two_claims_of_the_same_second_get_two_folders(tmp_path: Path, monkeypat
 
 
 def _start(script: str, *overrides: str, clock: Path) -> subprocess.Popen:
-    env = os.environ | {"PYTHONPATH": f"{clock}{os.pathsep}{ROOT / 'tests'}"}
-    command = [sys.executable, str(ROOT / script), *overrides]
-    return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+    return processes.start(processes.python(script, *overrides), env=os.environ | {"PYTHONPATH": str(clock)})
 
 
-def _wait(process: subprocess.Popen, timeout: float = 300) -> str:
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # the run and every rank it started
-        raise
+def _wait(process: subprocess.Popen) -> str:
+    output = processes.finish(process)
     assert process.returncode == 0, output[-3000:]
     return output
 
@@ -143,6 +134,7 @@ def test_a_run_does_not_continue_a_last_checkpoint_it_did_not_write(tmp_path: Pa
     assert last.read_bytes() == written
 
 
+@pytest.mark.slow
 def test_a_run_tests_only_a_best_checkpoint_it_wrote(tmp_path: Path, caplog) -> None:
     train(compose_config("train", tmp_path / "a", [*TINY, "logger=none"]))
     (best,) = (tmp_path / "a" / "checkpoints").glob("epoch*.ckpt")

@@ -3,12 +3,11 @@
 import json
 from pathlib import Path
 
+import nbclient  # the dev extra: a missing one fails here, it does not skip
+import nbformat
 import pytest
 
 from conftest import ROOT
-
-nbformat = pytest.importorskip("nbformat", reason="the notebooks' tests need the dev extra (nbclient)")
-nbclient = pytest.importorskip("nbclient", reason="the notebooks' tests need the dev extra (nbclient)")
 
 
 def _execute(name: str, project_root: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, dict]]:

@@ -33,6 +33,7 @@ def test_training_leaves_figures_hparams_and_the_config_tree(tmp_path: Path) -> 
     assert "├── model" in tree and "lr: 0.001" in tree
 
 
+@pytest.mark.slow
 def test_eval_writes_the_confusion_matrix_as_png_and_its_metrics_as_json(tmp_path: Path) -> None:
     train(compose_config("train", tmp_path / "train", [*SHORT, "logger=none"]))
     (best,) = [p for p in (tmp_path / "train" / "checkpoints").glob("epoch*.ckpt")]

@@ -59,6 +59,7 @@ def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(
     assert len(written) == IMAGES and list(written[0])[:3] == ["file", "predicted", "p0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "make,message",
     [

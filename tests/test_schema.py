@@ -1,8 +1,6 @@
 """Every key of conf/ is typed: a wrong value is refused in one line, before torch is imported."""
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +8,8 @@ import pytest
 from mnistlab import schema
 from mnistlab.checks import InputError
 
-from conftest import ROOT, compose_config, run_script
+import processes
+from conftest import compose_config, run_script
 
 REFUSED = [
     (["trainer.max_epochs=abc"], "trainer.max_epochs=abc: should be a valid integer"),
@@ -47,6 +46,7 @@ def test_evaluation_takes_a_batch_that_does_not_divide(tmp_path: Path) -> None:
     schema.check(compose_config("eval", tmp_path, ["ckpt_path=x.ckpt", "trainer.devices=3"]), schema.EvalConfig)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script,overrides,message",
     [
@@ -60,15 +60,23 @@ def test_config_errors_are_answered_without_importing_torch(script, overrides, m
     """A torch that cannot be imported: the answer must come before anything tries."""
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('torch imported')")
-    env = os.environ | {"PYTHONPATH": str(tmp_path)}
-    command = [sys.executable, str(ROOT / script), *overrides, f"paths.log_dir={tmp_path / 'out'}"]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+    command = processes.python(script, *overrides, f"paths.log_dir={tmp_path / 'out'}")
+    result = processes.run(command, env=os.environ | {"PYTHONPATH": str(tmp_path)}, timeout=60)
     assert result.returncode == 1
     assert message in result.stderr
     assert "torch imported" not in result.stderr and "Traceback" not in result.stderr
     assert not list((tmp_path / "out").rglob("*.log"))  # nothing left of the refused run
 
 
+@pytest.mark.slow
+def test_hydra_full_error_shows_the_whole_traceback(tmp_path: Path) -> None:
+    command = processes.python("train.py", "trainer.max_epochs=abc", f"paths.log_dir={tmp_path}")
+    result = processes.run(command, env=os.environ | {"HYDRA_FULL_ERROR": "1"}, timeout=60)
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr and "trainer.max_epochs" in result.stderr
+
+
+@pytest.mark.slow
 def test_an_output_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("in the way")
     result = run_script("train.py", f"paths.log_dir={tmp_path / 'file' / 'out'}", timeout=60)

@@ -5,17 +5,18 @@ import json
 import multiprocessing
 import queue
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import optuna
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from mnistlab import parallel
 from mnistlab.sweep_summary import SweepSummary
 
-from conftest import OPTUNA_BOTH_VALUES, SHORT, run_script
+from conftest import OPTUNA_BOTH_VALUES, ROOT, SHORT, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -40,22 +41,23 @@ def test_failed_jobs_leave_the_others_running_and_are_listed_at_the_end(tmp_path
     assert "Traceback" in (sweep / "1" / "failure.txt").read_text()  # the details, for whoever wants them
 
 
-def test_an_optuna_trial_that_fails_is_recorded_as_failed_and_the_study_goes_on(tmp_path) -> None:
+def test_an_optuna_trial_that_fails_first_is_recorded_as_failed_and_the_study_goes_on(tmp_path) -> None:
+    """The first trial diverges (lr=1e30; the seeded sampler draws it first), one trial at a time: the study
+    in its storage holds it as failed, and the next trial, asked after it, completes."""
+    storage = f"sqlite:///{tmp_path}/optuna.db"
     result = run_script(
-        "train.py",
-        "-m",
-        "hydra/sweeper=optuna",
-        *OPTUNA_BOTH_VALUES,
-        "model.optimizer.lr=choice(1e30,1e-3)",
-        *SHORT,
-        "logger=none",
-        f"paths.log_dir={tmp_path}",
-    )
+        "train.py", "-m", "hydra/sweeper=optuna", *OPTUNA_BOTH_VALUES, "hydra.sweeper.n_jobs=1",
+        f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=first_fails",
+        "model.optimizer.lr=choice(1e-3,1e30)", *SHORT, "logger=none", f"paths.log_dir={tmp_path}",
+    )  # fmt: skip
     assert result.returncode == 1, result.stderr[-3000:]
-    assert result.stdout.count("Failed experiment") == 1  # Optuna's word for a trial it records as failed
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    study = optuna.load_study(study_name="first_fails", storage=storage)
+    trials = [(t.state.name, t.params["model.optimizer.lr"]) for t in study.trials]
+    assert trials == [("FAIL", 1e30), ("COMPLETE", 1e-3)]
+    (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
     best = OmegaConf.load(sweep / "optimization_results.yaml")
-    assert best.best_params["model.optimizer.lr"] == 1e-3 and best.best_value > 0.5
+    assert best.best_params["model.optimizer.lr"] == 1e-3 and best.best_value == pytest.approx(study.trials[1].value)
+    assert best.best_value == pytest.approx(json.loads((sweep / "1" / "metrics.json").read_text())["val/acc_best"])
     assert f"1 of 2 jobs of the sweep in {sweep} failed:" in result.stderr
 
 
@@ -92,18 +94,67 @@ def test_hparams_search_stores_its_optuna_study_and_the_same_command_continues_i
     values = [float(row["val/acc_best"]) for sweep in sweeps for row in _summary(sweep)]
     assert [t.value for t in study.trials] == pytest.approx(values, rel=1e-5)  # each trial got its job's metric
     assert set(study.trials[0].params) == {"model.optimizer.lr", "data.batch_size", "model.net.hidden"}
+    space = study.trials[0].distributions  # conf/hparams_search/mnist_optuna.yaml, as the README states it
+    assert (space["model.optimizer.lr"].low, space["model.optimizer.lr"].high, space["model.optimizer.lr"].log) == (
+        1e-4, 1e-2, True,
+    )  # fmt: skip
+    assert space["data.batch_size"].choices == (32, 64, 128, 256)
+    assert space["model.net.hidden"].choices == (64, 128, 256, 512)
 
 
-def test_hparams_search_trials_run_as_ddp_jobs(tmp_path) -> None:
-    search = ["-m", "hparams_search=mnist_optuna", "hydra.sweeper.n_trials=1", "strategy=ddp", "trainer.devices=2"]
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])  # jobs in this process, or in a pool of workers
+def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(launcher: str, tmp_path: Path) -> None:
     result = run_script(
-        "train.py", *search, "trainer.accelerator=cpu", *SHORT, "logger=none", f"paths.log_dir={tmp_path}"
+        "train.py",
+        "-m",
+        f"hydra/launcher={launcher}",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "model.optimizer.lr=1e-3,3e-3",
+        *SHORT,
+        f"paths.log_dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
-    assert "Starting with 2 processes" in (sweep / "0" / "train_ddp_process_0.log").read_text()
-    (row,) = _summary(sweep)
-    assert row["status"] == "ok"
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    for job, lr in [("0", "0.001"), ("1", "0.003")]:
+        folder = sweep / job
+        assert [p.relative_to(folder).as_posix() for p in folder.rglob("config.yaml")] == [".hydra/config.yaml"]
+        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # both ranks ran this job's lr
+            assert f"model.optimizer.lr={lr}" in (folder / rank_log).read_text()
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
+    result = run_script(
+        "train.py",
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize",
+        "model.optimizer.lr=interval(1e-4,1e-2)",
+        "strategy=ddp",
+        "trainer.devices=2",
+        *SHORT,
+        f"paths.log_dir={tmp_path}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    best = {}
+    for job in ("0", "1"):
+        (lr,) = [o for o in (sweep / job / ".hydra" / "overrides.yaml").read_text().split() if "optimizer.lr=" in o]
+        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # the sampled lr, on both ranks
+            assert lr in (sweep / job / rank_log).read_text()
+        best[lr] = json.loads((sweep / job / "metrics.json").read_text())["val/acc_best"]
+    results = (sweep / "optimization_results.yaml").read_text()
+    assert f"best_value: {max(best.values())}" in results
+
+
+def _active(job: Path) -> tuple[datetime, datetime]:
+    """When a job's log began and ended: its first and last lines' timestamps."""
+    stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]", (job / "train.log").read_text(), re.MULTILINE)
+    return tuple(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (stamps[0], stamps[-1]))
 
 
 def test_parallel_jobs_run_side_by_side_and_end_in_one_table(tmp_path) -> None:
@@ -115,6 +166,35 @@ def test_parallel_jobs_run_side_by_side_and_end_in_one_table(tmp_path) -> None:
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     assert [row["status"] for row in _summary(sweep)] == ["ok"] * 3
     assert "Joblib.Parallel(n_jobs=2" in result.stdout  # two worker processes
+    (start0, end0), (start1, end1) = _active(sweep / "0"), _active(sweep / "1")
+    assert max(start0, start1) < min(end0, end1), "jobs 0 and 1 did not run at the same time"
+
+
+def test_a_parallel_job_trains_on_a_gpu_no_other_job_holds(tmp_path, monkeypatch) -> None:
+    """own_gpu, on a machine that says it has 2 GPUs: two jobs at once get GPU 0 and GPU 1; a CPU job and
+    a job on a 1-GPU machine keep their devices."""
+    import torch
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        sweep = ["hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}", "trainer.accelerator=gpu"]
+        cfg = compose("train", overrides=sweep, return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.mode = RunMode.MULTIRUN
+    monkeypatch.setattr(HydraConfig.instance(), "cfg", None)  # restored after the test
+    HydraConfig.instance().set_config(cfg)
+    jobs = [cfg.copy() for _ in range(3)]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with parallel.own_gpu(jobs[0]), parallel.own_gpu(jobs[1]):
+        assert (jobs[0].trainer.devices, jobs[1].trainer.devices) == ([0], [1])
+    jobs[2].trainer.accelerator = "cpu"
+    with parallel.own_gpu(jobs[2]):
+        assert jobs[2].trainer.devices == 1
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with parallel.own_gpu(cfg):
+        assert cfg.trainer.devices == 1
 
 
 def _hold_a_gpu(job: int, folder: Path, held: multiprocessing.Queue, release: Any) -> None:

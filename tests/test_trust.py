@@ -89,7 +89,7 @@ def test_resume_replays_no_override_that_could_run_code(tmp_path: Path) -> None:
         "+callbacks.evil._target_=builtins.exec",
         "+callbacks.evil._args_=['open(1)']",
         "+callbacks.evil.note=x",  # the rest of a refused node goes with it
-        "trainer.plugins=[{_target_:faults.KilledMidWrite,step:5}]",
+        "trainer.plugins=[{_target_:faults.HangAt,step:5}]",
         "callbacks.safe_stop=${oc.decode:'{a: 1}'}",
         "hydra.job_logging.root.level=DEBUG",
         "+model.optimizer.momentum=0.9",

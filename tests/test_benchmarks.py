@@ -1,0 +1,34 @@
+"""The benchmarks run: their quickest table, and a refusal where they cannot measure."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from speed import REFUSALS
+
+import processes
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_refusal_benchmark_times_each_mistake_against_importing_torch(tmp_path: Path) -> None:
+    command = [sys.executable, "benchmarks/speed.py", "--refusals", "--repeats", "1", "--out", str(tmp_path)]
+    result = processes.run(command, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (written,) = tmp_path.glob("speed-*.json")
+    rows = json.loads(written.read_text())
+    assert {"import torch, lightning", *REFUSALS} <= rows.keys()
+    assert all(rows[name] > 0 for name in ("import torch, lightning", *REFUSALS))
+    ratios = [name for name in rows if name.startswith("answer ratio")]
+    assert len(ratios) == len(REFUSALS) and all(0 < rows[name] < 1 for name in ratios)  # faster than an import
+    assert f"written to {written}" in result.stdout
+
+
+@pytest.mark.no_gpu
+def test_the_gpu_benchmark_says_this_machine_has_no_gpu(tmp_path: Path) -> None:
+    command = [sys.executable, "benchmarks/speed.py", "--gpu", "--out", str(tmp_path)]
+    result = processes.run(command, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "--gpu: this machine has no CUDA GPU; run without --gpu to measure the CPU"
+    assert not list(tmp_path.iterdir())
