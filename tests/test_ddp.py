@@ -51,7 +51,8 @@ def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Pa
     assert result.stdout.count("Tested ") == 1
     assert all("Tested " in (run / log).read_text() for log in FOUR_RANK_LOGS)
     assert "[rank: 1]" not in result.stdout + result.stderr
-    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 2 * 64
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["test/samples"] == 2 * 64 and metrics["val/samples"] == 5000  # each image once, 4 ranks
     assert_trained_as_one_process(run, one_process)
 
 

@@ -14,6 +14,7 @@ import torch
 
 from mnistlab import resume
 from mnistlab.checks import InputError
+from mnistlab.run_folder import RUN_ID
 from mnistlab.tasks import train
 
 import processes
@@ -241,3 +242,47 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}, this run folder's last checkpoint" in log
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 400
     assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * 64
+
+
+def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog, monkeypatch) -> None:
+    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command, same launch."""
+    monkeypatch.setenv(RUN_ID, "slurm-1234")  # what a requeued job's ranks are given again (launch.py)
+    overrides = ["trainer.limit_train_batches=10", "trainer.limit_val_batches=2", "test=false", "logger=none"]
+    first = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
+    assert "Restored all states" not in caplog.text
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert float(saved["val_acc_best.max_value"]) == first["val/acc_best"]  # the best so far travels along
+    second = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
+    assert f"Restored all states from the checkpoint at {tmp_path / 'checkpoints' / 'last.ckpt'}" in caplog.text
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (last["epoch"], last["global_step"]) == (1, 20)
+    assert second["val/acc_best"] == max(first["val/acc_best"], second["val/acc"])  # over both runs' epochs
+
+
+def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> None:
+    """Stop after 14 of an epoch's 20 steps, resume: the weights end exactly as without the stop."""
+    short = [
+        "trainer.max_epochs=1",
+        "trainer.limit_train_batches=20",
+        "trainer.limit_val_batches=2",
+        "test=false",
+        "logger=none",
+    ]
+    train(compose_config("train", tmp_path / "whole", short))
+    every_7_steps = [
+        "callbacks.model_checkpoint.monitor=null",
+        "callbacks.model_checkpoint.save_top_k=-1",
+        "callbacks.model_checkpoint.filename='step{step}'",
+        "callbacks.model_checkpoint.every_n_train_steps=7",
+        "callbacks.model_checkpoint.every_n_epochs=null",
+    ]
+    train(compose_config("train", tmp_path / "stopped", [*short, *every_7_steps]))
+    mid_epoch = tmp_path / "stopped" / "checkpoints" / "step14.ckpt"
+    assert torch.load(mid_epoch, weights_only=True)["global_step"] == 14
+    train(compose_config("train", tmp_path / "resumed", [*short, f"ckpt_path={mid_epoch}"]))
+    whole, resumed = (
+        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True) for run in ("whole", "resumed")
+    )
+    assert resumed["global_step"] == 20
+    for name, value in whole["state_dict"].items():
+        torch.testing.assert_close(resumed["state_dict"][name], value, rtol=0, atol=0)

@@ -77,6 +77,9 @@ def test_a_sweep_ends_with_a_table_of_its_jobs_and_the_best_one(tmp_path) -> Non
         ("0", "0.001", "ok"),
         ("1", "1e+30", "failed"),
     ]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]  # one folder per job, its own config
+    assert "lr: 0.001" in (sweep / "0" / ".hydra" / "config.yaml").read_text()
+    assert (sweep / "0" / "checkpoints" / "last.ckpt").is_file()
     metric = json.loads((sweep / "0" / "metrics.json").read_text())["val/acc_best"]
     assert float(rows[0]["val/acc_best"]) == pytest.approx(metric, rel=1e-5) and rows[1]["val/acc_best"] == ""
     assert re.search(r"│\s+0 │ 0.001\s+│\s+0\.\d+ │ ok", result.stdout)  # the table, printed

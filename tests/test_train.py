@@ -8,7 +8,6 @@ from hydra.utils import instantiate
 
 from mnistlab.checkpoint_io import AtomicCheckpointIO
 from mnistlab.checks import InputError
-from mnistlab.run_folder import RUN_ID
 from mnistlab.tasks import evaluate, train
 
 from conftest import SHORT, compose_config, run_script
@@ -104,33 +103,6 @@ def test_bad_input_is_refused_with_a_clear_message(script: str, overrides: list[
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
-def test_multirun_sweep_writes_one_job_folder_per_job(tmp_path: Path) -> None:
-    result = run_script("train.py", "-m", "model.optimizer.lr=1e-3,3e-3", *SHORT, f"paths.log_dir={tmp_path}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    jobs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert jobs == ["0", "1"]
-    for job, lr in zip(jobs, ["0.001", "0.003"]):
-        assert f"lr: {lr}" in (sweep / job / ".hydra" / "config.yaml").read_text()
-        assert (sweep / job / "checkpoints" / "last.ckpt").is_file()
-
-
-def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog, monkeypatch) -> None:
-    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command, same launch."""
-    monkeypatch.setenv(RUN_ID, "slurm-1234")  # what a requeued job's ranks are given again (launch.py)
-    overrides = ["trainer.limit_train_batches=10", "trainer.limit_val_batches=2", "test=false", "logger=none"]
-    first = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
-    assert "Restored all states" not in caplog.text
-    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
-    assert float(saved["val_acc_best.max_value"]) == first["val/acc_best"]  # the best so far travels along
-    second = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
-    assert f"Restored all states from the checkpoint at {tmp_path / 'checkpoints' / 'last.ckpt'}" in caplog.text
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
-    assert (last["epoch"], last["global_step"]) == (1, 20)
-    assert second["val/acc_best"] == max(first["val/acc_best"], second["val/acc"])  # over both runs' epochs
-
-
 def test_last_checkpoint_follows_every_epoch_without_improvement(tmp_path: Path) -> None:
     """With lr=0, val/acc never improves after epoch 0: last.ckpt must still be written at the end of
     each epoch (Lightning 2.6's save_last writes it only beside a new best, or when training ends)."""
@@ -160,35 +132,6 @@ def test_a_checkpoint_write_cut_short_leaves_the_previous_file_whole(tmp_path: P
 def test_training_writes_checkpoints_through_the_atomic_writer(train_cfg) -> None:
     trainer = instantiate(train_cfg.trainer)
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
-
-
-def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> None:
-    """Stop after 14 of an epoch's 20 steps, resume: the weights end exactly as without the stop."""
-    short = [
-        "trainer.max_epochs=1",
-        "trainer.limit_train_batches=20",
-        "trainer.limit_val_batches=2",
-        "test=false",
-        "logger=none",
-    ]
-    train(compose_config("train", tmp_path / "whole", short))
-    every_7_steps = [
-        "callbacks.model_checkpoint.monitor=null",
-        "callbacks.model_checkpoint.save_top_k=-1",
-        "callbacks.model_checkpoint.filename='step{step}'",
-        "callbacks.model_checkpoint.every_n_train_steps=7",
-        "callbacks.model_checkpoint.every_n_epochs=null",
-    ]
-    train(compose_config("train", tmp_path / "stopped", [*short, *every_7_steps]))
-    mid_epoch = tmp_path / "stopped" / "checkpoints" / "step14.ckpt"
-    assert torch.load(mid_epoch, weights_only=True)["global_step"] == 14
-    train(compose_config("train", tmp_path / "resumed", [*short, f"ckpt_path={mid_epoch}"]))
-    whole, resumed = (
-        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True) for run in ("whole", "resumed")
-    )
-    assert resumed["global_step"] == 20
-    for name, value in whole["state_dict"].items():
-        torch.testing.assert_close(resumed["state_dict"][name], value, rtol=0, atol=0)
 
 
 def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Path) -> None:

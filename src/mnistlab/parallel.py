@@ -8,6 +8,7 @@ trains; with every GPU taken it waits for one.
 """
 
 import fcntl
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 PARALLEL_LAUNCHER = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -33,6 +35,7 @@ def own_gpu(cfg: DictConfig) -> Iterator[None]:
         return
     with claim(Path(HydraConfig.get().sweep.dir), gpus) as gpu:
         cfg.trainer.devices = [gpu]  # Lightning's way to name the device: a list of indices
+        log.info("Training on GPU %d, which no other job of this sweep holds", gpu)
         yield
 
 
