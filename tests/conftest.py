@@ -1,5 +1,6 @@
 """Shared fixtures: the real ``conf/``, composed with small overrides and temporary output folders."""
 
+import itertools
 import os
 import socket
 import subprocess
@@ -71,9 +72,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.fixture(autouse=True)
 def _test_rules(request: pytest.FixtureRequest):
-    """Only a slow test starts processes; every test leaves the environment as it found it."""
+    """Only a slow test starts processes; every test ends them, and leaves the environment as it found it."""
     processes.in_slow_test = request.node.get_closest_marker("slow") is not None
     yield
+    processes.end_all()
     for name in os.environ.keys() - ENVIRONMENT.keys():
         if not name.startswith("PYTEST_"):  # pytest's own (PYTEST_CURRENT_TEST): it removes them itself
             del os.environ[name]
@@ -198,7 +200,8 @@ def run_script(
     ``cpu``: first of all, trainer.accelerator=cpu: the tests mean CPU processes (gloo), which auto
     would turn into GPUs (nccl) on a machine that has some."""
     pinned = ["trainer.accelerator=cpu"] if cpu and script in TRAINERS else []
-    return processes.run(processes.python(script, *pinned, *overrides), timeout=timeout)
+    flags = list(itertools.takewhile(lambda arg: arg.startswith("-"), overrides))  # -m: before any override
+    return processes.run(processes.python(script, *flags, *pinned, *overrides[len(flags) :]), timeout=timeout)
 
 
 # Runs from the same seed over the same 2 epochs of 20 global batches of 64 (the second epoch reshuffled):

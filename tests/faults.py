@@ -68,7 +68,7 @@ class KillAt(L.Callback):
     def __init__(self, step: int, writing: bool = False) -> None:
         self.step, self.writing = step, writing
 
-    def setup(self, trainer: L.Trainer, *args: object) -> None:
+    def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         if self.writing:
             torch.save = functools.partial(_save_half_then_die, torch.save, self.step)
 

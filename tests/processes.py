@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 in_slow_test = True  # set by conftest for each test: only a test marked slow may start a process
+started: list[subprocess.Popen[str]] = []  # this test's, ended with it (conftest), whatever became of the test
 
 
 def start(
@@ -21,7 +22,7 @@ def start(
     """Start ``command`` in a new session, its stderr merged into ``output`` (a pipe, or a file).
     The faults tests inject (``tests/faults.py``) are importable there as ``faults.<name>``."""
     _check_slow(command)
-    return subprocess.Popen(
+    process = subprocess.Popen(
         list(command),
         cwd=cwd,
         env=_with_faults(env),
@@ -30,6 +31,8 @@ def start(
         text=True,
         start_new_session=True,
     )
+    started.append(process)
+    return process
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 300) -> str:
@@ -42,6 +45,15 @@ def finish(process: subprocess.Popen[str], timeout: float = 300) -> str:
         pytest.fail(f"{process.args} ran past {timeout} s; its last output:\n{output[-3000:]}")
     end_group(process)  # ranks a failed run left behind
     return output
+
+
+def end_all() -> None:
+    """End every process the test started with ``start`` and its group: a test that failed while waiting
+    for one leaves nothing behind."""
+    while started:
+        process = started.pop()
+        end_group(process)
+        process.wait()
 
 
 def end_group(process: subprocess.Popen[str]) -> None:

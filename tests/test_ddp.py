@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.mark.no_gpu
 def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
-    result = run_script("train.py", "strategy=ddp_nccl", "trainer.devices=2", f"paths.log_dir={tmp_path}", timeout=60)
+    result = run_script(
+        "train.py", "strategy=ddp_nccl", "trainer.devices=2", f"paths.log_dir={tmp_path}", timeout=60, cpu=False
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         (
@@ -204,6 +206,7 @@ def test_a_rank_that_stops_answering_ends_the_run_within_its_timeout(tmp_path: P
     took = time.monotonic() - started
     (run,) = (tmp_path / "train" / "runs").iterdir()
     assert result.returncode == 1, result.stderr[-3000:]
+    assert (run / "train.log").is_file(), result.stdout[-3000:] + result.stderr[-3000:]
     for rank, log in ((0, run / "train.log"), (2, run / "train_ddp_process_2.log")):
         line = (
             f"Stopped at step 10: rank 1 stopped answering; rank {rank} waited 10 s (trainer.strategy.timeout.seconds)"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import processes
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow  # copier, git and the rendered project run as processes
@@ -91,9 +92,7 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     # The renamed project imports, composes its config and builds its model, as it is, from its folder.
     check = "from retina_lab.tasks import train; import hydra; print('ok')"
     env = os.environ | {"PYTHONPATH": str(project / "src")}
-    result = subprocess.run(
-        [sys.executable, "-c", check], cwd=project, env=env, capture_output=True, text=True, check=False
-    )
+    result = processes.run([sys.executable, "-c", check], cwd=project, env=env, timeout=120)
     assert result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
@@ -112,11 +111,9 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     assert "**Predict.**" not in readme and "## Speed" not in readme and "example only -->" not in readme
     env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
     command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={tmp_path / 'outputs'}"]
-    result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False)
+    result = processes.run(command, cwd=project, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    refused = subprocess.run(
-        [*command, "data.val_size=60000"], cwd=project, env=env, capture_output=True, text=True, check=False
-    )
+    refused = processes.run([*command, "data.val_size=60000"], cwd=project, env=env, timeout=120)
     assert refused.stderr.strip() == "Error: data.val_size=60000 leaves no training images of data.train_size=60000"
 
 

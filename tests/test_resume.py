@@ -64,7 +64,10 @@ def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path
     assert _one_run(tmp_path) == run  # the same folder, no second run
     log = (run / "train.log").read_text()
     assert f"Resuming the run in {run}; its overrides: " in log and "model.net.hidden=64" in log
-    assert "Overrides given now, on top: trainer.num_sanity_val_steps=0 model.optimizer.lr=0.5" in log
+    assert (
+        "Overrides given now, on top: trainer.accelerator=cpu trainer.num_sanity_val_steps=0 model.optimizer.lr=0.5"
+        in log
+    )
     assert f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}" in log
     assert_same_weights(_last(tmp_path / "whole"), _last(run))
     tested = torch.load(next((run / "checkpoints").glob("epoch*.ckpt")), weights_only=True)
@@ -138,7 +141,7 @@ def test_killed_at_random_steps_the_resumed_run_ends_as_if_never_killed(tmp_path
         kill = ["+callbacks.kill._target_=faults.KillAt", f"+callbacks.kill.step={step}"]
         kill.append(f"+callbacks.kill.writing={number == 0}")
         killed = run_script("train.py", *(steps if run is None else [f"resume={run}"]), *kill, out)
-        assert killed.returncode == -signal.SIGKILL, f"not killed at step {step} (KILL_SEED={seed})"
+        assert killed.returncode == -signal.SIGKILL, f"not killed at step {step} (KILL_SEED={seed}): {killed.stderr}"
         run = _one_run(tmp_path / "killed")
         saved = step - 5 if number == 0 else step - step % 5  # whole, as written before the kill
         assert _last(run)["global_step"] == saved, f"KILL_SEED={seed}"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+import processes
 from conftest import DETERMINISTIC, OPTUNA_BOTH_VALUES, ROOT, assert_same_weights
 from conftest import last_checkpoint as _last
 
@@ -201,7 +202,7 @@ def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_and_survives_a_failed_one(s
         *DETERMINISTIC[:4],
         f"paths.log_dir={tmp_path}",
     ]
-    result = subprocess.run(command, cwd=ROOT, env=slurm, capture_output=True, text=True, timeout=600, check=False)
+    result = processes.run(command, env=slurm, timeout=600)
     assert result.returncode == 1, result.stderr[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     jobs = {p.name: p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()}
@@ -226,7 +227,7 @@ def test_a_sweep_job_warned_by_submitit_resumes_from_the_step_the_signal_came(sl
     the next step and requeues it; it resumes there and ends with the uninterrupted run's weights."""
     command = [sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1"]
     command += ["hydra.launcher.mem_gb=1", "strategy=ddp", "trainer.devices=2", *RUN, f"paths.log_dir={tmp_path}"]
-    sweep = subprocess.Popen(command, cwd=ROOT, env=slurm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = processes.start(command, env=slurm, output=subprocess.DEVNULL)
     job_folder = tmp_path / "train" / "multiruns"
     deadline = time.monotonic() + 240
     while not list(job_folder.glob("*/0/checkpoints/last.ckpt")):  # epoch 0 done: training
@@ -236,7 +237,8 @@ def test_a_sweep_job_warned_by_submitit_resumes_from_the_step_the_signal_came(sl
     (job,) = queue.stdout.split()
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm, check=True, timeout=30)
     _start_requeued(slurm, job)
-    assert sweep.wait(timeout=300) == 0
+    processes.finish(sweep)
+    assert sweep.returncode == 0
     (run,) = job_folder.glob("*/0")
     log = (run / "train.log").read_text()
     assert re.search(rf"Stopped by SIGUSR2 at step \d+ \(epoch \d\); saved .*Requeuing SLURM job {job}:", log), log[

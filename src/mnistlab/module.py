@@ -57,6 +57,11 @@ class Classifier(L.LightningModule):
         return nn.ModuleDict({"loss": MeanMetric(), "acc": accuracy, "samples": SumMetric()})
 
     def setup(self, stage: str) -> None:
+        # strategy=ddp_spawn on CPU unpickles this module into every rank with its tensors in shared
+        # memory: the ranks would add into one set of metric states (test/samples counted twice over).
+        # reset() gives each process fresh ones; the weights are copied by DDP's own broadcast.
+        for metric in (*self.val_metrics.values(), *self.test_metrics.values()):
+            metric.reset()
         if self.hparams.compile:
             self.net.compile()  # in place: the state_dict keys stay those of the plain network
 
