@@ -16,7 +16,7 @@ GPU = ["trainer.accelerator=gpu", "float32_matmul_precision=highest"]  # full fl
 
 
 def _run(out: Path, *overrides: str) -> Path:
-    result = run_script("train.py", *GPU, *overrides, f"hydra.run.dir={out}", cpu=False)
+    result = run_script("train.py", *overrides, *GPU, f"hydra.run.dir={out}", cpu=False)  # GPU last: it wins
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -49,7 +49,7 @@ def test_two_gpus_with_nccl_train_as_one_gpu(tmp_path: Path) -> None:
 @pytest.mark.gpu(count=2)
 def test_a_parallel_sweep_gives_each_job_a_gpu_of_its_own(tmp_path: Path) -> None:
     sweep = ["-m", "hydra/launcher=parallel", "model.optimizer.lr=1e-3,3e-3", *SHORT, "logger=none"]
-    result = run_script("train.py", *GPU, *sweep, f"paths.log_dir={tmp_path}", cpu=False)
+    result = run_script("train.py", *sweep, *GPU, f"paths.log_dir={tmp_path}", cpu=False)
     assert result.returncode == 0, result.stderr[-3000:]
     (folder,) = (tmp_path / "train" / "multiruns").iterdir()
     held = [
