@@ -234,7 +234,11 @@ def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
     torch.manual_seed(42)  # the runs' seed: their common starting point
     for name, initial in SimpleNN().state_dict().items():
         assert (one["state_dict"][f"net.{name}"] - initial).abs().max() > 1e-3  # 40 Adam steps moved it
-    assert_same_training(one, other, atol=1e-5)
+    # 3e-4, a third of one Adam step at lr 1e-3: gloo sums 4 ranks' gradients in another order than one
+    # process does, and Adam's division by the root of a near-zero second moment magnifies that for the
+    # rare weight whose gradients are near 0 (seen: 7e-5 for 1 of 200,704). A shard served twice or
+    # missed, or a rank on its own batch, moves every weight by far more.
+    assert_same_training(one, other, atol=3e-4)
 
 
 def free_port() -> str:

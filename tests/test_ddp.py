@@ -38,6 +38,7 @@ def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
     ]
 
 
+CPU_DDP = ["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]  # 2 CPU processes, even beside GPUs
 FOUR_BY_HAND = ["strategy=ddp", "trainer.devices=2", "trainer.num_nodes=2", "data.prepare_data_per_node=false"]
 FOUR_RANK_LOGS = {"train.log", "train_ddp_process_1.log", "train_ddp_process_2.log", "train_ddp_process_3.log"}
 
@@ -140,10 +141,7 @@ def _fake_srun_task(rank: int, tasks: int, job_id: str, *overrides: str) -> subp
 
 def test_srun_tasks_are_recognised_and_share_the_job_folder(tmp_path: Path) -> None:
     job_id = str(40_000 + os.getpid() % 1_000)  # Lightning derives the rendezvous port from it
-    tasks = [
-        _fake_srun_task(r, 2, job_id, "strategy=ddp", "trainer.devices=2", *SHORT, f"paths.log_dir={tmp_path}")
-        for r in (0, 1)
-    ]
+    tasks = [_fake_srun_task(r, 2, job_id, *CPU_DDP, *SHORT, f"paths.log_dir={tmp_path}") for r in (0, 1)]
     outputs = [processes.finish(task) for task in tasks]
     assert [task.returncode for task in tasks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     run = one_run(tmp_path)
@@ -182,8 +180,7 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
 def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict, message: str, tmp_path) -> None:
     command = processes.python(
         "train.py",
-        "strategy=ddp",
-        "trainer.devices=2",
+        *CPU_DDP,
         "trainer.strategy.timeout.seconds=5",
         f"paths.log_dir={tmp_path}",
     )

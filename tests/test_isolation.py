@@ -20,7 +20,7 @@ import processes
 from conftest import compose_config, run_script
 
 TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
-TINY += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1"]
+TINY += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu"]
 FROZEN = "2026-01-01_00-00-00"
 # Started by Python before anything else (site.py imports sitecustomize from the path): every run of
 # this process sees the same second, so two runs started together always collide on the name.
