@@ -17,17 +17,23 @@ started: list[subprocess.Popen[str]] = []  # this test's, ended with it (conftes
 
 
 def start(
-    command: Sequence[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT, output=subprocess.PIPE
+    command: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    output=subprocess.PIPE,
+    errors=subprocess.STDOUT,
 ) -> subprocess.Popen[str]:
-    """Start ``command`` in a new session, its stderr merged into ``output`` (a pipe, or a file).
-    The faults tests inject (``tests/faults.py``) are importable there as ``faults.<name>``."""
+    """Start ``command`` in a new session, its stderr merged into ``output`` (a pipe, or a file) unless
+    ``errors`` says where else. The faults tests inject (``tests/faults.py``) are importable there as
+    ``faults.<name>``."""
     _check_slow(command)
     process = subprocess.Popen(
         list(command),
         cwd=cwd,
         env=_with_faults(env),
         stdout=output,
-        stderr=subprocess.STDOUT,
+        stderr=errors,
         text=True,
         start_new_session=True,
     )
@@ -37,14 +43,18 @@ def start(
 
 def finish(process: subprocess.Popen[str], timeout: float = 300) -> str:
     """Wait for ``process`` and return its output; past ``timeout`` s, kill its group and fail the test."""
+    return _wait(process, timeout)[0] or ""
+
+
+def _wait(process: subprocess.Popen[str], timeout: float) -> tuple[str | None, str | None]:
     try:
-        output = process.communicate(timeout=timeout)[0] or ""
+        outputs = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         end_group(process)
-        output = process.communicate()[0] or ""
-        pytest.fail(f"{process.args} ran past {timeout} s; its last output:\n{output[-3000:]}")
+        last = "".join(filter(None, process.communicate()))
+        pytest.fail(f"{process.args} ran past {timeout} s; its last output:\n{last[-3000:]}")
     end_group(process)  # ranks a failed run left behind
-    return output
+    return outputs
 
 
 def end_all() -> None:
@@ -68,23 +78,8 @@ def run(
     command: Sequence[str], *, timeout: float = 300, env: dict[str, str] | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
     """Run ``command`` to its end: exit status, stdout, and stderr kept apart (the tests read each)."""
-    _check_slow(command)
-    process = subprocess.Popen(
-        list(command),
-        cwd=cwd,
-        env=_with_faults(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        end_group(process)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"{command} ran past {timeout} s; its last output:\n{(stdout + stderr)[-3000:]}")
-    end_group(process)
+    process = start(command, env=env, cwd=cwd, errors=subprocess.PIPE)
+    stdout, stderr = _wait(process, timeout)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 

@@ -10,7 +10,6 @@ import math
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import processes
-from conftest import DETERMINISTIC, OPTUNA_BOTH_VALUES, ROOT, assert_same_weights
+from conftest import DETERMINISTIC, OPTUNA_BOTH_VALUES, ROOT, assert_same_weights, free_port
 from conftest import last_checkpoint as _last
 
 pytestmark = pytest.mark.slow
@@ -31,12 +30,6 @@ SBATCH = ROOT / "slurm" / "train.sbatch"
 # Two DDP ranks, 3 epochs of 600 steps (about 3 s each here), last.ckpt at each epoch end.
 STEPS = 600
 RUN = ["trainer.accelerator=cpu", *DETERMINISTIC, f"trainer.limit_train_batches={STEPS}"]
-
-
-def _free_port() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +41,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             f"needs root and {', '.join(missing) or 'SLURM'} (apt-get install slurmctld slurmd slurm-client munge)"
         )
     folder = tmp_path_factory.mktemp("slurm")
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     started = subprocess.run(
         ["bash", CLUSTER, "start", folder, *ports], capture_output=True, text=True, timeout=120, check=False
     )
