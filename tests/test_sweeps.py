@@ -104,12 +104,12 @@ def test_hparams_search_stores_its_optuna_study_and_the_same_command_continues_i
     assert space["model.net.hidden"].choices == (64, 128, 256, 512)
 
 
-@pytest.mark.parametrize("launcher", ["basic", "joblib"])  # jobs in this process, or in a pool of workers
-def test_sweep_over_ddp_jobs_gives_each_job_its_own_ranks(launcher: str, tmp_path: Path) -> None:
+def test_sweep_over_ddp_jobs_in_a_pool_of_workers_gives_each_job_its_own_ranks(tmp_path: Path) -> None:
+    """hydra-joblib-launcher's workers; the basic launcher (jobs in the sweep's own process) is the Optuna test's."""
     result = run_script(
         "train.py",
         "-m",
-        f"hydra/launcher={launcher}",
+        "hydra/launcher=joblib",
         "strategy=ddp",
         "trainer.devices=2",
         "model.optimizer.lr=1e-3,3e-3",
@@ -142,13 +142,18 @@ def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) 
         f"paths.log_dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     best = {}
     for job in ("0", "1"):
-        (lr,) = [o for o in (sweep / job / ".hydra" / "overrides.yaml").read_text().split() if "optimizer.lr=" in o]
+        folder = sweep / job
+        assert [p.relative_to(folder).as_posix() for p in folder.rglob("config.yaml")] == [".hydra/config.yaml"]
+        (lr,) = [o for o in (folder / ".hydra" / "overrides.yaml").read_text().split() if "optimizer.lr=" in o]
         for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # the sampled lr, on both ranks
-            assert lr in (sweep / job / rank_log).read_text()
-        best[lr] = json.loads((sweep / job / "metrics.json").read_text())["val/acc_best"]
+            assert lr in (folder / rank_log).read_text()
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
+        best[lr] = metrics["val/acc_best"]
     results = (sweep / "optimization_results.yaml").read_text()
     assert f"best_value: {max(best.values())}" in results
 
