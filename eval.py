@@ -7,7 +7,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import failures, launch, schema
+from mnistlab import schema
+from mnistlab.runtime import failures, launch
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs

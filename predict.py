@@ -6,7 +6,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import failures, schema
+from mnistlab import schema
+from mnistlab.runtime import failures
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
@@ -15,7 +16,7 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 def main(cfg: DictConfig) -> None:
     with failures.reported():
         schema.check(cfg, schema.PredictConfig)  # before torch loads
-        from mnistlab.prediction import predict
+        from mnistlab.trained.prediction import predict
 
         predict(cfg)
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import failures, launch, parallel, resume, schema, signals
+from mnistlab import schema
+from mnistlab.runtime import failures, launch, resume, signals
+from mnistlab.sweeps import gpu_slots
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
@@ -19,7 +21,7 @@ def main(cfg: DictConfig) -> float | None:
         schema.check(cfg, schema.TrainConfig)  # before torch and Lightning load: answered in 0.5 s, not 6
         from mnistlab.tasks import train
 
-        with parallel.own_gpu(cfg):  # hydra/launcher=parallel on several GPUs: one of its own
+        with gpu_slots.own_gpu(cfg):  # hydra/launcher=parallel on several GPUs: one of its own
             return train(cfg).get(cfg.optimized_metric)  # what a sweeper (e.g. Optuna) optimises
     return None  # a failed job of a sweep, recorded: the sweep goes on (Optuna counts a failed trial)
 

@@ -35,18 +35,16 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from timing import EPOCH_TIMES, EPOCHS, ROOT, epoch_seconds, wall
+
 IMPORTS = "import torch, torchvision, lightning, hydra"
 USUAL = "data._target_=usual_data.TorchvisionMNIST"  # benchmarks/usual_data.py
-EPOCH_TIMES = "MNISTLAB_EPOCH_TIMES"  # where a benchmarked run writes the seconds of its epochs
-EPOCHS = 4  # per timed run: the first warms up, the median of the other three is the row's sample
 # Mistakes train.py must answer before it imports torch and Lightning: each exits 1 with one message.
 REFUSALS = {
     "refused: wrong type": ["trainer.max_epochs=abc"],
@@ -158,31 +156,6 @@ def bare_lightning(epochs: int, device: str) -> None:
         **switches,
     )
     trainer.fit(Bare(), Batches(x_train, y_train, True), Batches(x_val, y_val, False))
-
-
-def wall(command: list[str], refused: bool = False) -> float:
-    """Seconds a command takes from start to exit; it must succeed (or, if ``refused``, exit 1)."""
-    start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - start
-    if result.returncode != int(refused):
-        raise SystemExit(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
-    return seconds
-
-
-def epoch_seconds(command: list[str], out: Path) -> float:
-    """The median of a run's steady-state epochs (all but the first), timed inside the run: start-up,
-    teardown and the machine's noise between processes stay out of it."""
-    times = out / "epochs.json"
-    if "train.py" in command:
-        command = [
-            *command,
-            "+callbacks.epoch_timer._target_=epoch_timer.EpochTimer",
-            f"+callbacks.epoch_timer.path={times}",
-        ]
-    env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={ROOT / 'benchmarks'}:{ROOT / 'src'}"]
-    wall([*env, *command])
-    return statistics.median(json.loads(times.read_text())[1:])
 
 
 def refusals(repeats: int) -> dict[str, float]:

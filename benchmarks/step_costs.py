@@ -21,6 +21,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from timing import EPOCHS, ROOT, wall
 
 
 class HookTimes(L.Callback):
@@ -81,8 +82,6 @@ def _owner(action: str) -> str | None:
 
 def measure(repeats: int, gpu: bool) -> dict[str, object]:
     """Per callback (and the module's hooks, the logger): medians over ``repeats`` runs, in us a step."""
-    from speed import EPOCHS, ROOT, wall
-
     samples: dict[str, list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as out:
         times = Path(out) / "hook_times.json"

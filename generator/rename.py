@@ -19,8 +19,8 @@ from pathlib import Path
 NAME = "mnistlab"
 BLANK = Path(__file__).parent / "blank"  # the placeholders, under the template's names, copied over it
 EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-example
-    "src/mnistlab/digits.py",
-    "src/mnistlab/prediction.py",
+    "src/mnistlab/trained/digits.py",
+    "src/mnistlab/trained/prediction.py",
     "predict.py",
     "conf/predict.yaml",
     "conf/data/mnist.yaml",

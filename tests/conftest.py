@@ -130,7 +130,7 @@ def config_payloads(marker: Path) -> list[dict]:
         {"_target_": "builtins.exec", "_args_": [touch]},
         {"_target_": "os.system", "command": f"touch {marker}"},
         {"_target_": "mnistlab.tasks.os.system", "command": f"touch {marker}"},  # our prefix, not our class
-        {"_target_": "mnistlab.trained.torch.load", "f": str(marker), "weights_only": False},
+        {"_target_": "mnistlab.trained.loading.torch.load", "f": str(marker), "weights_only": False},
         {"_target_": "subprocess.Popen", "args": ["touch", str(marker)]},
         {"_target_": "mnistlab.network.SimpleNN", "hidden": {"_target_": "builtins.exec", "_args_": [touch]}},
     ]

@@ -4,8 +4,8 @@ resumable mid-epoch, exactly the batches the plain way of writing it gives."""
 import pytest
 import torch
 
-from mnistlab.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
-from mnistlab.checks import InputError
+from mnistlab.runtime.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
+from mnistlab.runtime.checks import InputError
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])

@@ -8,7 +8,7 @@ from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDevice
 from omegaconf import OmegaConf
 
 from mnistlab import schema
-from mnistlab.checks import InputError, check_devices
+from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.tasks import train
 
 from conftest import ROOT, compose_config, run_script

@@ -11,9 +11,9 @@ import torch
 from hydra.utils import instantiate
 
 from mnistlab import schema
-from mnistlab.batches import PAD_LABEL
-from mnistlab.checks import InputError
 from mnistlab.data import FILES, MNISTDataModule
+from mnistlab.runtime.batches import PAD_LABEL
+from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import train
 
 from conftest import DATA_DIR, ROOT, SHORT, compose_config, run_script

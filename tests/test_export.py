@@ -7,8 +7,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from mnistlab import trained
-from mnistlab.exporting import export, sample_inputs
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.trained import loading
+from mnistlab.trained.exporting import export, sample_inputs
 
 import processes
 from conftest import DATA_DIR, ROOT
@@ -40,14 +41,14 @@ def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(
     assert path == tmp_path / ("model.onnx" if format == "onnx" else "model.pt")
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # one file, weights inside
 
-    saved = trained.load_checkpoint(trained_checkpoint)
+    saved = load_checkpoint(trained_checkpoint)
     inputs = sample_inputs(saved, DATA_DIR, 100)
     np.save(tmp_path / "inputs.npy", inputs.numpy())
     command = [sys.executable, "-c", USE, str(path), str(tmp_path / "inputs.npy")]
     alone = processes.run(command, timeout=120)
     assert alone.returncode == 0, alone.stderr[-2000:]
     with torch.inference_mode():
-        expected = trained.network(saved)(inputs).argmax(1)
+        expected = loading.network(saved)(inputs).argmax(1)
     assert [int(p) for p in alone.stdout.split()] == expected.tolist()
 
 

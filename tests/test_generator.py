@@ -44,15 +44,20 @@ def _copier(*args: str, cwd: Path) -> None:
     _run(sys.executable, "-m", "copier", *args, "--trust", "--defaults", cwd=cwd)
 
 
-@pytest.fixture
-def template(tmp_path: Path) -> Path:
-    """A git repository holding this working tree's files (tracked, and new ones git does not ignore)."""
+def _copy_working_tree(repo: Path) -> None:
+    """This working tree's files (tracked, and new ones git does not ignore) into ``repo``."""
     files = _run("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=ROOT).split("\0")
-    repo = tmp_path / "template"
     for name in filter(None, files):
         if (ROOT / name).is_file():  # a file deleted but not yet committed is listed too
             (repo / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, repo / name)
+
+
+@pytest.fixture
+def template(tmp_path: Path) -> Path:
+    """A git repository holding this working tree's files."""
+    repo = tmp_path / "template"
+    _copy_working_tree(repo)
     _run("git", "init", "-q", cwd=repo)
     _commit(repo, "template")
     return repo
@@ -79,7 +84,7 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     assert (project / "src" / "retina_lab" / "tasks.py").is_file()
     assert (project / "src" / "hydra_plugins" / "retina_lab_slurm").is_dir()
     assert "_target_: retina_lab.module.Classifier" in (project / "conf" / "model" / "simple_nn.yaml").read_text()
-    assert "RETINA_LAB_EPOCH_TIMES" in (project / "benchmarks" / "speed.py").read_text()
+    assert "RETINA_LAB_EPOCH_TIMES" in (project / "benchmarks" / "timing.py").read_text()
     pyproject = (project / "pyproject.toml").read_text()
     assert 'name = "retina_lab"' in pyproject
     assert 'authors = [{ name = "Ada Lovelace", email = "ada@example.org" }]' in pyproject
@@ -100,7 +105,12 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     project = tmp_path / "blank"
     _copier("copy", "-d", "project_name=Blank Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
     assert _traces(project) == []
-    gone_with_the_example = ("predict.py", "conf/data/mnist.yaml", "src/blank_lab/digits.py", "tests/test_data.py")
+    gone_with_the_example = (
+        "predict.py",
+        "conf/data/mnist.yaml",
+        "src/blank_lab/trained/digits.py",
+        "tests/test_data.py",
+    )
     for gone in (*gone_with_the_example, "benchmarks", "notebooks", "tests/test_notebooks.py"):
         assert not (project / gone).exists(), gone
     assert (
@@ -169,3 +179,52 @@ def test_update_without_the_example_keeps_the_users_data_module(template: Path, 
     assert not (project / "predict.py").exists() and not (project / "conf" / "data" / "mnist.yaml").exists()
     assert _traces(project) == []
     assert not list(project.rglob("*.rej"))
+
+
+FLAT_PACKAGE = "677c63bd72659dd99b490d7a03fcc688ea8c04d5"  # the template's last commit with every module at the top
+
+
+def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(tmp_path: Path) -> None:
+    """``copier update`` across the move of the machinery into runtime/, sweeps/ and trained/: the moved
+    modules leave, the new ones arrive renamed, the user's own files and edits stay, nothing conflicts."""
+    repo = tmp_path / "template"
+    repo.mkdir()
+    _run("git", "init", "-q", cwd=repo)
+    flat = subprocess.run(["git", "archive", FLAT_PACKAGE], cwd=ROOT, capture_output=True, timeout=60, check=False)
+    assert flat.returncode == 0, f"needs this repository's history (a full clone): {flat.stderr.decode()[-500:]}"
+    subprocess.run(["tar", "-x", "-C", str(repo)], input=flat.stdout, check=True, timeout=60)
+    _commit(repo, "flat package")
+    for path in repo.iterdir():
+        if path.name != ".git":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    _copy_working_tree(repo)
+    _commit(repo, "subpackages")
+
+    project = tmp_path / "retina"
+    _copier("copy", *ANSWERS, "--vcs-ref", "HEAD~1", str(repo), str(project), cwd=tmp_path)
+    assert (project / "src" / "retina_lab" / "launch.py").is_file()  # the flat layout
+    _run("git", "init", "-q", cwd=project)
+    _commit(project, "generated")
+    trainer = project / "conf" / "trainer" / "default.yaml"
+    trainer.write_text(trainer.read_text().replace("max_epochs: 10 ", "max_epochs: 30 "))
+    mine = project / "src" / "retina_lab" / "my_callbacks.py"
+    mine.write_text('"""The user\'s own module, beside the template\'s."""\n')
+    _commit(project, "my changes")
+
+    _copier("update", cwd=project)
+    package = project / "src" / "retina_lab"
+    assert sorted(p.name for p in package.iterdir() if p.name != "__pycache__") == sorted(
+        ["__init__.py", "data.py", "module.py", "my_callbacks.py", "network.py", "runtime", "schema.py",
+         "sweeps", "tasks.py", "trained"]
+    )  # fmt: skip
+    assert (package / "runtime" / "launch.py").is_file() and (package / "trained" / "loading.py").is_file()
+    assert "_target_: retina_lab.runtime.profiler.NoProfiler" in trainer.read_text()
+    assert "max_epochs: 30 " in trainer.read_text()
+    assert _traces(project) == [] and not list(project.rglob("*.rej"))
+    grep = ["git", "grep", "-l", "<<<<<<<"]
+    conflicts = subprocess.run(grep, cwd=project, capture_output=True, text=True, timeout=60, check=False)
+    assert conflicts.stdout == "", conflicts.stdout
+    env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
+    command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={tmp_path / 'outputs'}"]
+    result = processes.run(command, cwd=project, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -4,8 +4,8 @@ from hydra.utils import instantiate
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from mnistlab.batches import PAD_LABEL
 from mnistlab.network import SimpleNN
+from mnistlab.runtime.batches import PAD_LABEL
 
 
 def test_simple_nn_is_the_seed_network() -> None:

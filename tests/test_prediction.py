@@ -9,10 +9,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
-from mnistlab import trained
-from mnistlab.checks import InputError
 from mnistlab.data import normalize
-from mnistlab.prediction import predict
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checks import InputError
+from mnistlab.trained import loading
+from mnistlab.trained.prediction import predict
 
 from conftest import DATA_DIR, MARKER, ROOT, run_script
 
@@ -46,9 +47,9 @@ def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(
         _config("predict", tmp_path, [f"ckpt_path={trained_checkpoint}", f"input={folder}", "batch_size=16"])
     )
 
-    saved = trained.load_checkpoint(trained_checkpoint)
+    saved = load_checkpoint(trained_checkpoint)
     with torch.inference_mode():
-        expected = trained.network(saved)(normalize(images, *trained.normalization(saved))).softmax(dim=1)
+        expected = loading.network(saved)(normalize(images, *loading.normalization(saved))).softmax(dim=1)
     by_index = {int(Path(row["file"]).stem): row for row in rows}
     assert sorted(by_index) == list(range(IMAGES))
     for i, row in by_index.items():
@@ -98,9 +99,9 @@ def test_unreadable_and_oversized_images_are_skipped_and_the_rest_classified(
     skipped = caplog.text.partition("Skipped 2 image(s) that could not be read:")[2]
     assert f"{folder / 'b_broken.png'} is not an image PIL can read" in skipped
     assert f"{folder / 'c_bomb.png'} has 144,000,000 pixels, over max_pixels=50,000,000" in skipped
-    saved = trained.load_checkpoint(trained_checkpoint)
+    saved = load_checkpoint(trained_checkpoint)
     with torch.inference_mode():
-        expected = trained.network(saved)(normalize(images[:2], *trained.normalization(saved))).argmax(1)
+        expected = loading.network(saved)(normalize(images[:2], *loading.normalization(saved))).argmax(1)
     assert [row["predicted"] for row in rows] == expected.tolist()
     assert len((tmp_path / "predictions.csv").read_text().splitlines()) == 3
 

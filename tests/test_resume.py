@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistlab import resume
-from mnistlab.checks import InputError
-from mnistlab.run_folder import RUN_ID
+from mnistlab.runtime import resume
+from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import RUN_ID
 from mnistlab.tasks import train
 
 import processes

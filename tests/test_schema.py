@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mnistlab import schema
-from mnistlab.checks import InputError
+from mnistlab.runtime.checks import InputError
 
 import processes
 from conftest import compose_config, run_script

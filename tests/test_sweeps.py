@@ -13,8 +13,8 @@ import optuna
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from mnistlab import parallel
-from mnistlab.sweep_summary import SweepSummary
+from mnistlab.sweeps import gpu_slots
+from mnistlab.sweeps.summary import SweepSummary
 
 from conftest import OPTUNA_BOTH_VALUES, ROOT, SHORT, run_script
 
@@ -194,18 +194,18 @@ def test_a_parallel_job_trains_on_a_gpu_no_other_job_holds(tmp_path, monkeypatch
     HydraConfig.instance().set_config(cfg)
     jobs = [cfg.copy() for _ in range(3)]
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    with parallel.own_gpu(jobs[0]), parallel.own_gpu(jobs[1]):
+    with gpu_slots.own_gpu(jobs[0]), gpu_slots.own_gpu(jobs[1]):
         assert (jobs[0].trainer.devices, jobs[1].trainer.devices) == ([0], [1])
     jobs[2].trainer.accelerator = "cpu"
-    with parallel.own_gpu(jobs[2]):
+    with gpu_slots.own_gpu(jobs[2]):
         assert jobs[2].trainer.devices == 1
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with parallel.own_gpu(cfg):
+    with gpu_slots.own_gpu(cfg):
         assert cfg.trainer.devices == 1
 
 
 def _hold_a_gpu(job: int, folder: Path, held: multiprocessing.Queue, release: Any) -> None:
-    with parallel.claim(folder, count=2, poll_s=0.05) as gpu:
+    with gpu_slots.claim(folder, count=2, poll_s=0.05) as gpu:
         held.put((job, gpu))
         release.wait(30)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from mnistlab.checkpoint_io import AtomicCheckpointIO
-from mnistlab.checks import InputError
+from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO
+from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import evaluate, train
 
 from conftest import SHORT, compose_config, run_script
@@ -137,7 +137,7 @@ def test_training_writes_checkpoints_through_the_atomic_writer(train_cfg) -> Non
 def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Path) -> None:
     from lightning.pytorch.profilers import SimpleProfiler
 
-    from mnistlab.profiler import NoProfiler
+    from mnistlab.runtime.profiler import NoProfiler
 
     default = instantiate(compose_config("train", tmp_path, SHORT).trainer)
     assert isinstance(default.profiler, NoProfiler)

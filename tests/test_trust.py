@@ -9,8 +9,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mnistlab import resume, trained
-from mnistlab.checks import InputError
+from mnistlab.runtime import resume
+from mnistlab.runtime.checks import InputError
+from mnistlab.trained import loading
 
 from conftest import MARKER, SHORT, config_payloads, run_script
 
@@ -20,7 +21,7 @@ def test_no_config_payload_builds_a_network(trained_checkpoint: Path, tmp_path: 
     for payload in config_payloads(tmp_path / MARKER):
         checkpoint["config"]["model"]["net"] = payload
         with pytest.raises(InputError, match="a checkpoint is data and may not choose code to run"):
-            trained.network(checkpoint)
+            loading.network(checkpoint)
     assert not (tmp_path / MARKER).exists()
 
 
@@ -28,19 +29,19 @@ def test_no_config_payload_builds_a_data_module(trained_checkpoint: Path, tmp_pa
     checkpoint = torch.load(trained_checkpoint, weights_only=True)
     checkpoint["config"]["data"] = config_payloads(tmp_path / MARKER)[1]
     with pytest.raises(InputError, match="is not a LightningDataModule class of mnistlab"):
-        trained.datamodule(checkpoint, data_dir=str(tmp_path))
+        loading.datamodule(checkpoint, data_dir=str(tmp_path))
     assert not (tmp_path / MARKER).exists()
 
 
 def test_the_trained_network_and_its_own_layers_still_load(trained_checkpoint: Path) -> None:
     checkpoint = torch.load(trained_checkpoint, weights_only=True)
-    assert isinstance(trained.network(checkpoint), torch.nn.Module)
+    assert isinstance(loading.network(checkpoint), torch.nn.Module)
     checkpoint["config"]["model"]["net"] = {
         "_target_": "torch.nn.Sequential",
         "_args_": [{"_target_": "torch.nn.Flatten"}],
     }
     checkpoint["state_dict"] = {}
-    assert isinstance(trained.network(checkpoint)[0], torch.nn.Flatten)  # torch.nn's classes are allowed
+    assert isinstance(loading.network(checkpoint)[0], torch.nn.Flatten)  # torch.nn's classes are allowed
 
 
 @pytest.mark.slow
@@ -102,7 +103,7 @@ def test_resume_replays_no_override_that_could_run_code(tmp_path: Path) -> None:
 
 def test_lightnings_own_loading_reads_checkpoints_as_data(pickle_checkpoint: Path, tmp_path: Path) -> None:
     """fit(ckpt_path=...), test(ckpt_path=...) and resuming all load through trainer.plugins' reader."""
-    from mnistlab.checkpoint_io import AtomicCheckpointIO
+    from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO
 
     reader = AtomicCheckpointIO()
     with pytest.raises(InputError, match="is not a readable checkpoint"):

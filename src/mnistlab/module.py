@@ -12,7 +12,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR
 from torchmetrics import MaxMetric, MeanMetric, Metric, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from mnistlab.batches import PAD_LABEL
+from mnistlab.runtime.batches import PAD_LABEL
 
 log = logging.getLogger(__name__)
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mnistlab.checks import InputError, indivisible_batch
+from mnistlab.runtime.checks import InputError, indivisible_batch
 
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]

@@ -14,11 +14,10 @@ from lightning.pytorch.accelerators import CPUAccelerator
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab import atomic, batch_hooks, config_tree, console, launch, resume, signals
-from mnistlab.checkpoint_io import RUN_ID_KEY
-from mnistlab.checks import InputError, check_devices
-from mnistlab.stopping import SafeStop
-from mnistlab.trained import load_checkpoint
+from mnistlab.runtime import atomic, batch_hooks, config_tree, console, launch, resume, signals
+from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, load_checkpoint
+from mnistlab.runtime.checks import InputError, check_devices
+from mnistlab.runtime.stopping import SafeStop
 
 log = logging.getLogger(__name__)
 console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydra configured logging

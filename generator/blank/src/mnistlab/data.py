@@ -3,12 +3,12 @@ under noise, so that everything else (training, checkpoints, resume, DDP, sweeps
 before your data is here. Replace it with your ``LightningDataModule``, and ``conf/data/`` and the
 ``Data`` model of ``schema.py`` with it. What the rest of the project relies on: ``batch_size`` is
 the global batch (all devices together), and the loaders shard each batch over the ranks
-(``batches.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
+(``runtime/batches.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
 
 import torch
 from torch import Tensor
 
-from mnistlab.batches import InMemoryDataModule
+from mnistlab.runtime.batches import InMemoryDataModule
 
 # Pixel noise against class patterns of standard deviation 1: the default train.py reaches 98.5% test
 # accuracy in two epochs (89% after 20 steps), so metrics move as on real data rather than sit at 1.0.

@@ -1,6 +1,6 @@
 """Stopping a run between two steps, keeping what is worth keeping: on a signal, and when it diverges.
 
-Signals. SIGTERM, SIGUSR1 and SIGUSR2 (see :mod:`mnistlab.signals`, which notes them from the
+Signals. SIGTERM, SIGUSR1 and SIGUSR2 (see :mod:`mnistlab.runtime.signals`, which notes them from the
 process's start) stop the run at a step boundary: every rank saves ``last.ckpt`` at
 the same step (mid-epoch: a resumed run goes on from that very step), and the run ends with a
 message saying how to resume and exit code 128 + the signal's number, so that a scheduler sees an
@@ -37,8 +37,8 @@ import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
-from mnistlab import signals
-from mnistlab.failures import RunStopped
+from mnistlab.runtime import signals
+from mnistlab.runtime.failures import RunStopped
 
 log = logging.getLogger(__name__)
 

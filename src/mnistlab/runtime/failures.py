@@ -4,7 +4,7 @@ job's folder, the other jobs going on, and one line per failed job when the swee
 Hydra's launchers run every job of a sweep even when one raises, but then the sweeper re-raises
 the first failure only, with a traceback, and Optuna's stops the study unless failures are allowed.
 So a failed job returns None instead (Optuna records the trial as failed and goes on), and its
-reason waits in ``failure.txt`` for :class:`mnistlab.sweep_summary.SweepSummary`, which reads it back from the job folders:
+reason waits in ``failure.txt`` for :class:`mnistlab.sweeps.summary.SweepSummary`, which reads it back from the job folders:
 the only place every launcher (basic, joblib workers, SLURM jobs) shares with the sweep's process.
 """
 
@@ -21,8 +21,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab import atomic, run_folder
-from mnistlab.checks import InputError, broken_checkpoint
+from mnistlab.runtime import atomic, run_folder
+from mnistlab.runtime.checks import InputError, broken_checkpoint
 
 FAILURE_FILE = "failure.txt"  # in a failed sweep job's folder: the reason, then the traceback
 log = logging.getLogger(__name__)

@@ -10,9 +10,8 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from mnistlab import launch
-from mnistlab.checks import InputError
-from mnistlab.trained import read
+from mnistlab.runtime import launch
+from mnistlab.runtime.checks import InputError
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
 
@@ -70,3 +69,29 @@ def _write_failure(target: Path, err: Exception, written: int) -> Exception:
         "The checkpoints written before it are intact; once it can be written, continue with "
         f"python train.py resume={target.parent.parent}"
     )
+
+
+def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> dict[str, Any]:
+    """A Lightning checkpoint's contents, as data; one line for a remote, missing or broken file."""
+    checkpoint = read(path, map_location, what)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise InputError(f"{what}={path} holds no 'state_dict': not a Lightning checkpoint")
+    return checkpoint
+
+
+def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> Any:
+    """What ``torch.save`` wrote to a local file, as data (``weights_only``); one line for a remote,
+    missing or broken file."""
+    if "://" in str(path):
+        raise InputError(
+            f"{what}={path}: checkpoints are read from local files only; download it first "
+            "(a checkpoint is data: see README, Trust)"
+        )
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what}={path}: no such file")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file
+        reason = " ".join(str(err).split())[:300]
+        raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {reason}") from err

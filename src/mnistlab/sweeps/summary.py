@@ -22,9 +22,9 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from mnistlab import atomic
-from mnistlab.failures import FAILURE_FILE
-from mnistlab.launch import METRICS_FILE
+from mnistlab.runtime import atomic
+from mnistlab.runtime.failures import FAILURE_FILE
+from mnistlab.runtime.launch import METRICS_FILE
 
 SUMMARY_FILE = "summary.csv"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from mnistlab.checks import InputError
+from mnistlab.runtime.checks import InputError
 
 SUFFIXES = {".png", ".jpg", ".jpeg"}
 BOX, FIELD = 20, 28  # the digit's box and the image, in pixels

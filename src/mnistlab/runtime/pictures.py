@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from mnistlab.batches import PAD_LABEL
+from mnistlab.runtime.batches import PAD_LABEL
 
 
 class TestPictures(L.Callback):

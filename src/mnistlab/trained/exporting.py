@@ -15,16 +15,17 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from mnistlab import trained
-from mnistlab.checks import InputError
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checks import InputError
+from mnistlab.trained import loading
 
 log = logging.getLogger(__name__)
 SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
 
 
 def export(cfg: DictConfig) -> Path:
-    checkpoint = trained.load_checkpoint(Path(cfg.ckpt_path))
-    net = trained.network(checkpoint)
+    checkpoint = load_checkpoint(Path(cfg.ckpt_path))
+    net = loading.network(checkpoint)
     images = sample_inputs(checkpoint, cfg.paths.data_dir, cfg.check_images)
     path = Path(cfg.output_dir) / f"model{SUFFIX[cfg.format]}"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,7 +50,7 @@ def export(cfg: DictConfig) -> Path:
 
 def sample_inputs(checkpoint: dict, data_dir: str, count: int) -> Tensor:
     """The first ``count`` test inputs, as the checkpoint's data module serves them to the network."""
-    datamodule = trained.datamodule(checkpoint, data_dir=data_dir)  # this machine's copy, not the run's
+    datamodule = loading.datamodule(checkpoint, data_dir=data_dir)  # this machine's copy, not the run's
     datamodule.prepare_data()  # downloads the data when it is missing, as training does
     datamodule.setup("test")
     batches, served = [], 0

@@ -8,45 +8,17 @@ Rebuilding the network from ``conf/`` instead would be as safe but would lose th
 (``model.net.hidden=64``): a checkpoint of another width would not load.
 """
 
-from pathlib import Path
 from typing import Any
 
-import torch
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from torch import nn
 
-from mnistlab.checks import InputError
+from mnistlab.runtime.checks import InputError
 
 PACKAGE = __name__.partition(".")[0]
 NETWORK_MODULES = (f"{PACKAGE}.", "torch.nn.")  # where a checkpoint's network may come from
 DATA_MODULES = (f"{PACKAGE}.",)  # and its data module (export checks on the test images it serves)
-
-
-def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> dict[str, Any]:
-    """A Lightning checkpoint's contents, as data; one line for a remote, missing or broken file."""
-    checkpoint = read(path, map_location, what)
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise InputError(f"{what}={path} holds no 'state_dict': not a Lightning checkpoint")
-    return checkpoint
-
-
-def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> Any:
-    """What ``torch.save`` wrote to a local file, as data (``weights_only``); one line for a remote,
-    missing or broken file."""
-    if "://" in str(path):
-        raise InputError(
-            f"{what}={path}: checkpoints are read from local files only; download it first "
-            "(a checkpoint is data: see README, Trust)"
-        )
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what}={path}: no such file")
-    try:
-        return torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file
-        reason = " ".join(str(err).split())[:300]
-        raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {reason}") from err
 
 
 def network(checkpoint: dict[str, Any]) -> nn.Module:

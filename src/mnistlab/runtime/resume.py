@@ -25,7 +25,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.checks import InputError, broken_checkpoint
+from mnistlab.runtime.checks import InputError, broken_checkpoint
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"

@@ -21,19 +21,21 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from mnistlab import atomic, digits, trained
-from mnistlab.checks import InputError
+from mnistlab.runtime import atomic
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checks import InputError
+from mnistlab.trained import digits, loading
 
 log = logging.getLogger(__name__)
 
 
 def predict(cfg: DictConfig) -> list[dict[str, object]]:
     output = _check_output(Path(cfg.output), cfg.overwrite)
-    checkpoint = trained.load_checkpoint(cfg.ckpt_path)
+    checkpoint = load_checkpoint(cfg.ckpt_path)
     files = digits.find(Path(cfg.input))
     device = _device(cfg.device)
-    net = trained.network(checkpoint).to(device)
-    mean, std = trained.normalization(checkpoint)
+    net = loading.network(checkpoint).to(device)
+    mean, std = loading.normalization(checkpoint)
     rows, skipped = [], []
     for start in range(0, len(files), cfg.batch_size):
         batch, images = _read(files[start : start + cfg.batch_size], cfg.max_pixels, skipped)

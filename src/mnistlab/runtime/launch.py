@@ -29,8 +29,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mnistlab.checks import InputError
-from mnistlab.run_folder import RUN_ID
+from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import RUN_ID
 
 METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
 # The entry script, set by train.py and eval.py: a sweep job may run in a worker process of a Hydra
@@ -74,7 +74,7 @@ def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
         sign in str(err) for sign in ("Timed out", "timed out", "Connection closed by peer", "Connection reset")
     ):
         return err
-    from mnistlab.failures import RunStopped
+    from mnistlab.runtime.failures import RunStopped
 
     missing = _roll_call(trainer.global_rank, trainer.world_size)
     who = (

@@ -1,0 +1,38 @@
+"""What the benchmarks share: how a command is timed from outside (``wall``) and a training run's
+epochs from inside (``epoch_seconds``, with ``epoch_timer.py``). ``speed.py`` and ``step_costs.py``
+both import it; neither imports the other's helpers."""
+
+import json
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EPOCH_TIMES = "MNISTLAB_EPOCH_TIMES"  # where a benchmarked run writes the seconds of its epochs
+EPOCHS = 4  # per timed run: the first warms up, the median of the other three is the row's sample
+
+
+def wall(command: list[str], refused: bool = False) -> float:
+    """Seconds a command takes from start to exit; it must succeed (or, if ``refused``, exit 1)."""
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if result.returncode != int(refused):
+        raise SystemExit(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
+    return seconds
+
+
+def epoch_seconds(command: list[str], out: Path) -> float:
+    """The median of a run's steady-state epochs (all but the first), timed inside the run: start-up,
+    teardown and the machine's noise between processes stay out of it."""
+    times = out / "epochs.json"
+    if "train.py" in command:
+        command = [
+            *command,
+            "+callbacks.epoch_timer._target_=epoch_timer.EpochTimer",
+            f"+callbacks.epoch_timer.path={times}",
+        ]
+    env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={ROOT / 'benchmarks'}:{ROOT / 'src'}"]
+    wall([*env, *command])
+    return statistics.median(json.loads(times.read_text())[1:])

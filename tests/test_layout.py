@@ -1,0 +1,47 @@
+"""The package shows its seams: what a user replaces at the top, the machinery in subpackages whose
+imports point one way (README: Layout; each subpackage's ``__init__.py``)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import mnistlab
+
+PACKAGE = Path(mnistlab.__file__).parent
+NAME = PACKAGE.name
+# What each subpackage may import of this package besides itself; the top may import anything.
+MAY_IMPORT = {"runtime": set(), "sweeps": {"runtime"}, "trained": {"runtime"}}
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules of this package that ``path`` imports, anywhere in it (a function's import too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            assert node.level == 0, f"{path}: a relative import (the package imports by its name)"
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return {name for name in found if name == NAME or name.startswith(f"{NAME}.")}
+
+
+def test_the_top_of_the_package_is_what_a_user_replaces_and_the_story_of_a_run() -> None:
+    top = {path.name for path in PACKAGE.iterdir() if not path.name.startswith((".", "__pycache__"))}
+    assert top == {
+        "__init__.py",
+        *("network.py", "module.py", "data.py", "schema.py"),  # replaced by the user
+        "tasks.py",  # train(cfg), evaluate(cfg)
+        *MAY_IMPORT,  # the machinery
+    }
+
+
+@pytest.mark.parametrize("subpackage", sorted(MAY_IMPORT))
+def test_a_subpackage_imports_only_what_its_docstring_allows(subpackage: str) -> None:
+    folder = PACKAGE / subpackage
+    assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), "say what it holds and may import"
+    allowed = {subpackage} | MAY_IMPORT[subpackage]
+    for path in sorted(folder.glob("*.py")):
+        for name in _imports(path):
+            part = name.split(".")[1] if "." in name else ""
+            assert part in allowed, f"{path.relative_to(PACKAGE)} imports {name}; {subpackage}/ may import {allowed}"
