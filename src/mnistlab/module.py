@@ -2,11 +2,12 @@
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.types import OptimizerConfig, OptimizerLRSchedulerConfig
 from torch import Tensor, nn
 from torch.optim.lr_scheduler import CosineAnnealingLR
 from torchmetrics import MaxMetric, MeanMetric, Metric, SumMetric
@@ -60,9 +61,9 @@ class Classifier(L.LightningModule):
         # strategy=ddp_spawn on CPU unpickles this module into every rank with its tensors in shared
         # memory: the ranks would add into one set of metric states (test/samples counted twice over).
         # reset() gives each process fresh ones; the weights are copied by DDP's own broadcast.
-        for metric in (*self.val_metrics.values(), *self.test_metrics.values()):
+        for metric in (*self._metrics("val").values(), *self._metrics("test").values()):
             metric.reset()
-        if self.hparams.compile:
+        if self.hparams["compile"]:
             self.net.compile()  # in place: the state_dict keys stay those of the plain network
 
     def forward(self, x: Tensor) -> Tensor:
@@ -71,7 +72,7 @@ class Classifier(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         total = F.cross_entropy(self.net(x), y, reduction="sum")  # padding rows (PAD_LABEL) count 0
-        loss_sum, rows = self.train_sums
+        loss_sum, rows = self._train_sums()
         loss_sum.add_(total.detach())
         rows.add_((y != PAD_LABEL).sum())
         # The sum over real rows divided by the full batch: every sample of an epoch weighs the same,
@@ -79,20 +80,29 @@ class Classifier(L.LightningModule):
         loss = total / y.numel()
         # self.log costs about 0.5 ms a call (benchmarks/speed.py), as much as the step's own compute
         # on a CPU: log this rank's step loss only at the steps the logger writes. No cross-rank sync.
-        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
+        # (log_every_n_steps is set on the Trainer by Lightning's logger connector, not declared by it)
+        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:  # type: ignore[attr-defined]
             self.log("train/batch_loss", loss, prog_bar=True)
         return loss
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics)
+        self._evaluate(batch, self._metrics("val"))
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._evaluate(batch, self.test_metrics)  # the logits, for callbacks (pictures.TestPictures)
+        return self._evaluate(batch, self._metrics("test"))  # the logits, for callbacks (pictures.TestPictures)
 
     def predict_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self(batch[0]).argmax(dim=1)
 
-    def _evaluate(self, batch: tuple[Tensor, Tensor], metrics: nn.ModuleDict) -> Tensor:
+    def _metrics(self, split: str) -> Mapping[str, Metric]:
+        """The split's metrics (``nn.ModuleDict`` registers them as submodules, and types them as plain modules)."""
+        return cast(Mapping[str, Metric], self.val_metrics if split == "val" else self.test_metrics)
+
+    def _train_sums(self) -> tuple[Tensor, Tensor]:
+        assert self.train_sums is not None, "on_train_start makes them"
+        return self.train_sums
+
+    def _evaluate(self, batch: tuple[Tensor, Tensor], metrics: Mapping[str, Metric]) -> Tensor:
         x, y = batch
         logits = self.net(x)
         real = y != PAD_LABEL
@@ -129,20 +139,20 @@ class Classifier(L.LightningModule):
             scheduler._last_lr = rates
 
     def on_train_epoch_end(self) -> None:
-        loss_sum, rows = (self.trainer.strategy.reduce(s, reduce_op="sum") for s in self.train_sums)
+        loss_sum, rows = (self.trainer.strategy.reduce(s, reduce_op="sum") for s in self._train_sums())
         self.log("train/loss", loss_sum / rows, sync_dist=True)  # summed over ranks already: global
-        for s in self.train_sums:
+        for s in self._train_sums():
             s.zero_()
 
     def on_validation_epoch_end(self) -> None:
-        accuracy = self.val_metrics["acc"].compute()
-        self._log_epoch("val", self.val_metrics)
+        accuracy = self._metrics("val")["acc"].compute()
+        self._log_epoch("val", self._metrics("val"))
         if not self.trainer.sanity_checking:  # a few batches before training are no epoch's result
             self.val_acc_best.update(accuracy)
             self.log("val/acc_best", self.val_acc_best.compute(), sync_dist=True)  # over all epochs so far
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch("test", self.test_metrics)
+        self._log_epoch("test", self._metrics("test"))
 
     def _log_epoch(self, split: str, metrics: Mapping[str, Metric]) -> None:
         """Log the epoch's values as <split>/<name>, reduced over all ranks, and start afresh."""
@@ -152,7 +162,7 @@ class Classifier(L.LightningModule):
         for metric in metrics.values():
             metric.reset()
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerConfig | OptimizerLRSchedulerConfig:
         optimizer = self.make_optimizer(self.parameters())
         if self.make_scheduler is None:
             return {"optimizer": optimizer}
@@ -164,7 +174,7 @@ class Classifier(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {
                 "scheduler": scheduler,
-                "interval": self.hparams.scheduler_interval,
+                "interval": self.hparams["scheduler_interval"],
                 "monitor": "val/loss",
             },
         }

@@ -191,7 +191,8 @@ class TrainConfig(Run):
     @model_validator(mode="after")
     def _batch_divides_into_processes(self) -> "TrainConfig":
         devices, nodes = self.trainer.devices, self.trainer.num_nodes
-        world = (len(devices) if isinstance(devices, list) else devices) * nodes if devices not in ("auto", -1) else 1
+        per_node = len(devices) if isinstance(devices, list) else devices
+        world = per_node * nodes if isinstance(per_node, int) and per_node != -1 else 1  # "auto", -1: unknown yet
         if self.data.batch_size % world:
             raise ValueError(indivisible_batch(self.data.batch_size, world))
         return self
@@ -236,7 +237,7 @@ def check(cfg: DictConfig, schema: type[Node]) -> None:
         raise InputError(_describe(err, values)) from None
 
 
-def _describe(err: ValidationError, values: dict[str, Any]) -> str:
+def _describe(err: ValidationError, values: Any) -> str:
     """The most specific wrong key as ``key=value: what is allowed``, the ways a union could match joined."""
     problems = [(p, *_config_key(p, values)) for p in err.errors(include_url=False)]
     first = problems[0][1]  # a union reports each member: the one that got furthest is the closest fit
@@ -258,7 +259,7 @@ def _describe(err: ValidationError, values: dict[str, Any]) -> str:
 def _config_key(problem: Any, values: Any) -> tuple[str, Any]:
     """The config key a pydantic location points at, and its value. Pydantic puts the union member it
     tried (``int``, ``literal['auto']``, ``Strategy``) into the location: those parts are skipped."""
-    loc, path = problem["loc"], []
+    loc, path = problem["loc"], list[str]()
     for part in loc:
         if (isinstance(values, dict) and part in values) or (
             isinstance(values, list) and isinstance(part, int) and part < len(values)

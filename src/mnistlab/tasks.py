@@ -11,6 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
@@ -36,7 +37,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule, model, trainer = _build(cfg)
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
-    if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):
+    # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
+    if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):  # type: ignore[attr-defined]
         signals.release()  # nothing would act on a stop signal the entry point notes
     start_from = cfg.get("ckpt_path") or _last_checkpoint(trainer, cfg)
     if cfg.get("resume") and trainer.is_global_zero and HydraConfig.initialized():
@@ -57,11 +59,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 def _test(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, float]:
     """Test this run's best checkpoint; the last weights where it wrote none, saying so."""
-    callback = trainer.checkpoint_callback
+    callback = _checkpointer(trainer)
     best = callback.best_model_path if callback else ""
     if not best:
         log.warning("No checkpoint was saved (fast_dev_run, or no ModelCheckpoint): testing the last weights")
-    elif callback.dirpath and Path(best).parent.resolve() != Path(callback.dirpath).resolve():
+    elif callback and callback.dirpath and Path(best).parent.resolve() != Path(callback.dirpath).resolve():
         # Restored from ckpt_path= with the rest of ModelCheckpoint's state: another run's file.
         log.warning(
             "This run wrote no best checkpoint of its own (the best is still %s): testing its last weights", best
@@ -120,7 +122,7 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     datamodule = instantiate(cfg.data)
     model = instantiate(cfg.model)
     # Plain containers only: checkpoints must load with torch.load(weights_only=True).
-    job_keys = [key for key in cfg if key != "hydra"]  # tests compose with Hydra's own config included
+    job_keys = [str(key) for key in cfg if key != "hydra"]  # tests compose with Hydra's own config included
     model.config = OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
@@ -157,12 +159,18 @@ def _skip_nvml_probe() -> None:
     os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
 
 
+def _checkpointer(trainer: L.Trainer) -> ModelCheckpoint | None:
+    """The trainer's checkpoint callback, where it is Lightning's ``ModelCheckpoint`` (conf/callbacks/)."""
+    callback = trainer.checkpoint_callback
+    return callback if isinstance(callback, ModelCheckpoint) else None
+
+
 def _last_checkpoint(trainer: L.Trainer, cfg: DictConfig) -> str | None:
     """The run folder's own last.ckpt (written by callbacks.last_checkpoint, beside the best one), if it
     has one and this run wrote it: a requeued or restarted job, or ``resume=``, continues from it."""
     if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
-    callback = trainer.checkpoint_callback
+    callback = _checkpointer(trainer)
     last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
     if last is None or not last.is_file():
         return None

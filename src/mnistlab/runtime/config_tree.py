@@ -23,7 +23,7 @@ def show(cfg: DictConfig) -> None:
     for key in keys:
         value = cfg[key]
         text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else f"{value}\n"
-        tree.add(key, style="bold").add(Syntax(text.rstrip(), "yaml", background_color="default"))
+        tree.add(str(key), style="bold").add(Syntax(text.rstrip(), "yaml", background_color="default"))
     Console(soft_wrap=True).print(tree)
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / TREE_FILE).open("w") as file:

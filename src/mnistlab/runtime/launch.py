@@ -102,7 +102,7 @@ def _end_started_ranks(launcher: Any) -> None:
         # Lightning's (2.6) watcher of those ranks SIGKILLs this process too as soon as one of them exits
         # with an error, so the run would end by SIGKILL (-9) rather than with its own line and exit code.
         if thread.name == "child-process-observer":
-            thread._child_processes = []
+            thread._child_processes = []  # type: ignore[attr-defined]  # Lightning's _ChildProcessObserver
     deadline = time.monotonic() + 2 * ROLL_CALL_S
     for process in started:
         try:
@@ -180,7 +180,7 @@ def _processes_per_node(config_name: str) -> int:
     on_cpu = trainer.accelerator == "cpu" or not CUDAAccelerator.is_available()
     accelerator = CPUAccelerator if on_cpu else CUDAAccelerator
     devices = accelerator.auto_device_count() if trainer.devices == "auto" else trainer.devices
-    return len(accelerator.get_parallel_devices(accelerator.parse_devices(devices)))
+    return len(accelerator.get_parallel_devices(accelerator.parse_devices(devices)))  # type: ignore[arg-type]
 
 
 def _run_id_from_torchrun_store(rank: int, timeout: timedelta = timedelta(minutes=10)) -> str:

@@ -25,13 +25,14 @@ class TestPictures(L.Callback):
         self.num_classes = num_classes
         self.misclassified = misclassified  # digits shown in the grid
         self.png_dir = Path(png_dir) if png_dir else None  # where confusion_matrix.png goes; None: nowhere
-        self._matrix: MulticlassConfusionMatrix | None = None
+        self._matrix = MulticlassConfusionMatrix(num_classes, ignore_index=PAD_LABEL, validate_args=False)
         self._wrong: list[tuple[torch.Tensor, int, int]] = []  # (image, predicted, true)
         self._fit_metrics: dict[str, float] = {}
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        matrix = MulticlassConfusionMatrix(self.num_classes, ignore_index=PAD_LABEL, validate_args=False)
-        self._matrix, self._wrong = matrix.to(pl_module.device), []
+        self._matrix = self._matrix.to(pl_module.device)
+        self._matrix.reset()
+        self._wrong.clear()
 
     def on_test_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, logits: Any, batch: Any, *args: Any
@@ -70,8 +71,8 @@ class TestPictures(L.Callback):
         TensorBoard's HPARAMS view."""
         metrics = self._fit_metrics | {name: float(value) for name, value in trainer.callback_metrics.items()}
         for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger) and getattr(pl_module, "config", None):
-                logger.log_hyperparams(pl_module.config, metrics=metrics, step=trainer.global_step)
+            if isinstance(logger, TensorBoardLogger) and (config := getattr(pl_module, "config", None)):
+                logger.log_hyperparams(config, metrics=metrics, step=trainer.global_step)
 
 
 def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> Figure:

@@ -65,12 +65,14 @@ class SafeStop(L.Callback):
         signals.listen(forward=self._forward)  # Lightning puts back the handlers it found when fit ends
 
     def _forward(self, signum: int) -> None:
+        assert self._trainer is not None, "listening starts after on_fit_start"
         if self._trainer.strategy.launcher is not None:
             self._trainer.strategy.launcher.kill(signum)  # the ranks Lightning started itself get it too
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None:
+            assert self._losses is not None, "on_train_start makes it"
             self._losses.add_(loss.detach())  # NaN and inf stay in the sum; on the device: no sync
         self._batches += 1
         if self._batches % self.check_every_n_steps == 0 or (signals.received() and trainer.world_size == 1):

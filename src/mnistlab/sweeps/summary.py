@@ -51,11 +51,11 @@ class SweepSummary(Callback):
         varied = [key for key in keys if len({job.params.get(key) for job in jobs}) > 1]
         _write_csv(sweep / SUMMARY_FILE, jobs, varied, config.optimized_metric)
         _print_table(jobs, varied, config.optimized_metric)
-        finished = [job for job in jobs if job.metric is not None]
+        finished = [(job, job.metric) for job in jobs if job.metric is not None]
         if finished:
             pick = max if config.optimized_direction == "maximize" else min
-            best = pick(finished, key=lambda job: job.metric)
-            print(f"Best: job {best.folder.name}, {config.optimized_metric}={best.metric:.6g}: {best.folder}")
+            best, value = pick(finished, key=lambda pair: pair[1])
+            print(f"Best: job {best.folder.name}, {config.optimized_metric}={value:.6g}: {best.folder}")
         _report_failures(sweep, jobs, varied)
 
 

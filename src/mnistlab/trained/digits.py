@@ -49,9 +49,10 @@ def load(path: Path, max_pixels: int) -> np.ndarray:
                 raise InputError(f"{path} has {pixels:,} pixels, over max_pixels={max_pixels:,} (a config value)")
             factor = _reduction(image.size)
             image.draft("L", (image.width // factor, image.height // factor))  # JPEG: decoded at 1/2 to 1/8
+            shown: Image.Image = image
             if image.mode in ("RGBA", "LA", "P"):  # transparency: onto white, as it would be shown
-                image = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
-            grey = image.convert("L").reduce(_reduction(image.size))
+                shown = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
+            grey = shown.convert("L").reduce(_reduction(shown.size))
     except InputError:
         raise
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as err:
@@ -74,7 +75,7 @@ def prepare(grey: np.ndarray) -> np.ndarray:
     scale = BOX / max(rows.max() - rows.min() + 1, columns.max() - columns.min() + 1)
     # The whole image scaled, not the box alone: the faint anti-aliased edge outside it stays.
     size = (max(1, round(grey.shape[1] * scale)), max(1, round(grey.shape[0] * scale)))
-    small = np.asarray(Image.fromarray(grey.astype(np.float32)).resize(size, Image.BOX), dtype=np.float32)
+    small = np.asarray(Image.fromarray(grey.astype(np.float32)).resize(size, Image.Resampling.BOX), dtype=np.float32)
     y, x = np.mgrid[: small.shape[0], : small.shape[1]]
     mass = small.sum()
     shift = (round(FIELD / 2 - (y * small).sum() / mass), round(FIELD / 2 - (x * small).sum() / mass))

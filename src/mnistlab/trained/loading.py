@@ -41,9 +41,10 @@ def normalization(checkpoint: dict[str, Any]) -> tuple[float, float]:
     """The pixel mean and standard deviation (0..1 scale) the network was trained with."""
     data = _config(checkpoint, "data")
     mean, std = data.get("mean"), data.get("std")
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (mean, std)):
+    numbers = [v for v in (mean, std) if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) != 2:
         raise InputError(f"the checkpoint's data.mean and data.std are not numbers ({mean!r}, {std!r})")
-    return float(mean), float(std)
+    return float(numbers[0]), float(numbers[1])
 
 
 def checked(node: Any, base: type, modules: tuple[str, ...], where: str) -> Any:
