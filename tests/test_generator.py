@@ -116,6 +116,7 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     assert (
         "_target_: blank_lab.data.PlaceholderDataModule" in (project / "conf" / "data" / "placeholder.yaml").read_text()
     )
+    assert "MNIST" not in (project / "src" / "blank_lab" / "__init__.py").read_text()
     readme = (project / "README.md").read_text()
     assert "**This project starts with placeholders:**" in readme
     assert "**Predict.**" not in readme and "## Speed" not in readme and "example only -->" not in readme
