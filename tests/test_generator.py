@@ -77,6 +77,13 @@ def _traces(project: Path) -> list[str]:
     return found
 
 
+def _fast_dev_run(project: Path, out: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """``train.py debug=fdr`` of a rendered project, from its folder, its package importable uninstalled."""
+    env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
+    command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={out}", *overrides]
+    return processes.run(command, cwd=project, env=env, timeout=300)
+
+
 def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     project = tmp_path / "retina"
     _copier("copy", *ANSWERS, str(template), str(project), cwd=tmp_path)
@@ -120,11 +127,9 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     readme = (project / "README.md").read_text()
     assert "**This project starts with placeholders:**" in readme
     assert "**Predict.**" not in readme and "## Speed" not in readme and "example only -->" not in readme
-    env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
-    command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={tmp_path / 'outputs'}"]
-    result = processes.run(command, cwd=project, env=env)
+    result = _fast_dev_run(project, tmp_path / "outputs")
     assert result.returncode == 0, result.stderr[-3000:]
-    refused = processes.run([*command, "data.val_size=60000"], cwd=project, env=env, timeout=120)
+    refused = _fast_dev_run(project, tmp_path / "outputs", "data.val_size=60000")
     assert refused.stderr.strip() == "Error: data.val_size=60000 leaves no training images of data.train_size=60000"
 
 
@@ -225,7 +230,5 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     grep = ["git", "grep", "-l", "<<<<<<<"]
     conflicts = subprocess.run(grep, cwd=project, capture_output=True, text=True, timeout=60, check=False)
     assert conflicts.stdout == "", conflicts.stdout
-    env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project)}
-    command = [sys.executable, "train.py", "debug=fdr", f"paths.log_dir={tmp_path / 'outputs'}"]
-    result = processes.run(command, cwd=project, env=env)
+    result = _fast_dev_run(project, tmp_path / "outputs")
     assert result.returncode == 0, result.stderr[-3000:]

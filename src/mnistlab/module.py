@@ -45,7 +45,7 @@ class Classifier(L.LightningModule):
         # the check off, torchmetrics 1.9 ignores the weights), and two SumMetric updates cost 35 us
         # a step here, 4% of this model's whole step on a CPU, against 5 us for two in-place additions.
         # Not buffers either: DDP would overwrite them with rank 0's at every step.
-        self.train_sums: tuple[Tensor, Tensor] | None = None
+        self.train_sums = torch.zeros(()), torch.zeros((), dtype=torch.long)  # on_train_start: on the device
         self.planned_horizon: int | None = None  # a cosine schedule's T_max as configured (_replan_schedule)
         self.val_metrics, self.test_metrics = self._eval_metrics(num_classes), self._eval_metrics(num_classes)
         self.val_acc_best = MaxMetric()
@@ -72,7 +72,7 @@ class Classifier(L.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
         total = F.cross_entropy(self.net(x), y, reduction="sum")  # padding rows (PAD_LABEL) count 0
-        loss_sum, rows = self._train_sums()
+        loss_sum, rows = self.train_sums
         loss_sum.add_(total.detach())
         rows.add_((y != PAD_LABEL).sum())
         # The sum over real rows divided by the full batch: every sample of an epoch weighs the same,
@@ -97,10 +97,6 @@ class Classifier(L.LightningModule):
     def _metrics(self, split: str) -> Mapping[str, Metric]:
         """The split's metrics (``nn.ModuleDict`` registers them as submodules, and types them as plain modules)."""
         return cast(Mapping[str, Metric], self.val_metrics if split == "val" else self.test_metrics)
-
-    def _train_sums(self) -> tuple[Tensor, Tensor]:
-        assert self.train_sums is not None, "on_train_start makes them"
-        return self.train_sums
 
     def _evaluate(self, batch: tuple[Tensor, Tensor], metrics: Mapping[str, Metric]) -> Tensor:
         x, y = batch
@@ -139,9 +135,9 @@ class Classifier(L.LightningModule):
             scheduler._last_lr = rates
 
     def on_train_epoch_end(self) -> None:
-        loss_sum, rows = (self.trainer.strategy.reduce(s, reduce_op="sum") for s in self._train_sums())
+        loss_sum, rows = (self.trainer.strategy.reduce(s, reduce_op="sum") for s in self.train_sums)
         self.log("train/loss", loss_sum / rows, sync_dist=True)  # summed over ranks already: global
-        for s in self._train_sums():
+        for s in self.train_sums:
             s.zero_()
 
     def on_validation_epoch_end(self) -> None:

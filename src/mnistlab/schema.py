@@ -259,7 +259,8 @@ def _describe(err: ValidationError, values: Any) -> str:
 def _config_key(problem: Any, values: Any) -> tuple[str, Any]:
     """The config key a pydantic location points at, and its value. Pydantic puts the union member it
     tried (``int``, ``literal['auto']``, ``Strategy``) into the location: those parts are skipped."""
-    loc, path = problem["loc"], list[str]()
+    loc = problem["loc"]
+    path: list[str] = []
     for part in loc:
         if (isinstance(values, dict) and part in values) or (
             isinstance(values, list) and isinstance(part, int) and part < len(values)

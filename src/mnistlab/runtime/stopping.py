@@ -49,7 +49,7 @@ class SafeStop(L.Callback):
         self.check_every_n_steps = check_every_n_steps
         self.requeue = requeue  # in a SLURM batch job, SIGUSR1/2 requeue it once the checkpoint is saved
         self._trainer: L.Trainer | None = None
-        self._losses: torch.Tensor | None = None  # the sum of the losses since the last check
+        self._losses = torch.zeros(())  # the sum of the losses since the last check; on_train_start: on the device
         self._batches = self._checked_at = 0
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -72,7 +72,6 @@ class SafeStop(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None:
-            assert self._losses is not None, "on_train_start makes it"
             self._losses.add_(loss.detach())  # NaN and inf stay in the sum; on the device: no sync
         self._batches += 1
         if self._batches % self.check_every_n_steps == 0 or (signals.received() and trainer.world_size == 1):
@@ -90,7 +89,7 @@ class SafeStop(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False, stop_on_signal: bool = True
     ) -> None:
         """Agree across ranks, in one all-reduce, whether any diverged or was signalled; stop if so."""
-        finite = self._losses.isfinite() if self._losses is not None else torch.ones((), dtype=torch.bool)
+        finite = self._losses.isfinite()
         if weights:
             finite = finite & torch.stack([p.isfinite().all() for p in pl_module.parameters()]).all()
         flags = torch.stack([finite.logical_not().long(), torch.tensor(signals.received(), device=finite.device)])
@@ -99,8 +98,7 @@ class SafeStop(L.Callback):
             raise self._diverged(trainer)
         if signum and stop_on_signal:
             self._stop(trainer, signal.Signals(signum))
-        if self._losses is not None:
-            self._losses.zero_()
+        self._losses.zero_()
         self._checked_at = trainer.global_step
 
     def _stop(self, trainer: L.Trainer, signum: signal.Signals) -> None:

@@ -8,7 +8,7 @@ Rebuilding the network from ``conf/`` instead would be as safe but would lose th
 (``model.net.hidden=64``): a checkpoint of another width would not load.
 """
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
@@ -41,10 +41,13 @@ def normalization(checkpoint: dict[str, Any]) -> tuple[float, float]:
     """The pixel mean and standard deviation (0..1 scale) the network was trained with."""
     data = _config(checkpoint, "data")
     mean, std = data.get("mean"), data.get("std")
-    numbers = [v for v in (mean, std) if isinstance(v, int | float) and not isinstance(v, bool)]
-    if len(numbers) != 2:
+    if not (_is_number(mean) and _is_number(std)):
         raise InputError(f"the checkpoint's data.mean and data.std are not numbers ({mean!r}, {std!r})")
-    return float(numbers[0]), float(numbers[1])
+    return float(mean), float(std)
+
+
+def _is_number(value: Any) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def checked(node: Any, base: type, modules: tuple[str, ...], where: str) -> Any:

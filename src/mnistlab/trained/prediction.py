@@ -36,7 +36,8 @@ def predict(cfg: DictConfig) -> list[dict[str, object]]:
     device = _device(cfg.device)
     net = loading.network(checkpoint).to(device)
     mean, std = loading.normalization(checkpoint)
-    rows, skipped = [], list[str]()
+    rows: list[dict[str, object]] = []
+    skipped: list[str] = []
     for start in range(0, len(files), cfg.batch_size):
         batch, images = _read(files[start : start + cfg.batch_size], cfg.max_pixels, skipped)
         if not batch:
