@@ -1,12 +1,15 @@
-"""The generator's rename step: run by copier (``copier.yml``, ``_tasks``) in the project it has just
-copied, it turns this template, named ``mnistlab``, into the user's project.
+"""The generator's rename step: run by copier (``copier.yml``, ``_tasks``) and by cookiecutter's hook
+(``generator/cookiecutter/``) in the project they have just written, it turns this template, named
+``mnistlab``, into the user's project.
 
 The template's files carry no placeholders, so that it stays a normal project that installs, trains
-and passes its tests; copier copies them as they are and this step renames: the package folder and
-every other path holding the name, the name in every text file (imports, ``_target_`` paths in
+and passes its tests; the generator copies them as they are and this step renames them: the package
+folder and every other path holding the name, the name in their text (imports, ``_target_`` paths in
 ``conf/``, ``MNISTLAB_*`` environment variables, the pyproject's name and extras), the pyproject's
 description and author, and the README's title and first paragraph. With ``--example=False`` it
 first leaves the MNIST example out and puts the placeholders of ``generator/blank/`` in its place.
+It touches only the files the template holds (``template_files``): in a project's folder, the user's
+own files, git-ignored ones and a virtual environment are never read, whatever their names say.
 Copier runs it again on both template versions it compares during ``copier update``, and in the
 project after writing the new version there, so updates arrive in the renamed files.
 """
@@ -14,10 +17,15 @@ project after writing the new version there, so updates arrive in the renamed fi
 import argparse
 import re
 import shutil
-from pathlib import Path
+import subprocess
+from fnmatch import fnmatch
+from pathlib import Path, PurePosixPath
+
+import yaml  # copier's and cookiecutter's own dependency: there wherever this runs
 
 NAME = "mnistlab"
-BLANK = Path(__file__).parent / "blank"  # the placeholders, under the template's names, copied over it
+TEMPLATE = Path(__file__).resolve().parents[1]
+BLANK = TEMPLATE / "generator" / "blank"  # the placeholders, under the template's names, copied over it
 EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-example
     "src/mnistlab/trained/digits.py",
     "src/mnistlab/trained/prediction.py",
@@ -43,28 +51,52 @@ TEMPLATE_ONLY = re.compile(r"<!-- template only -->.*?<!-- end template only -->
 EXAMPLE_ONLY_TEXT = re.compile(r"<!-- example only -->.*?<!-- end example only -->\n*", re.DOTALL)
 
 
-def rename(root: Path, package: str) -> None:
-    """``mnistlab`` -> ``package`` and ``MNISTLAB`` -> its upper case, in file contents and paths."""
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and ".git" not in p.relative_to(root).parts):
+def template_files(template: Path) -> list[str]:
+    """The files a render writes, as paths under the template's names: its files in git (a clone, as
+    copier and cookiecutter make of a repository), less copier.yml's ``_exclude`` and copier's own
+    templates (``*.jinja`` names holding ``{{``)."""
+    if (template / ".git").exists():
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=template, capture_output=True, text=True, check=True
+        ).stdout.split("\0")
+    else:  # a plain folder: what it holds
+        listed = [p.relative_to(template).as_posix() for p in template.rglob("*") if p.is_file()]
+    exclude = yaml.safe_load((template / "copier.yml").read_text())["_exclude"]
+    return [name for name in listed if name and "{{" not in name and not _excluded(name, exclude)]
+
+
+def _excluded(name: str, patterns: list[str]) -> bool:
+    """gitignore's rule, as copier applies it, for patterns like copier.yml's: one with a slash matches the
+    path from the top, one without matches any part of it. Written out because cookiecutter, which runs
+    this too, does not install pathspec (copier's matcher)."""
+    parts = PurePosixPath(name).parts
+    return any(fnmatch(name, p) if "/" in p else any(fnmatch(part, p) for part in parts) for p in patterns)
+
+
+def rename(root: Path, files: list[str], package: str) -> None:
+    """``mnistlab`` -> ``package`` and ``MNISTLAB`` -> its upper case, in the contents and paths of the
+    rendered ``files`` only: the user's own files, git-ignored ones and a virtual environment in the
+    project's folder are never read."""
+    for name in files:
+        path = root / name
         try:
             text = path.read_text()
         except UnicodeDecodeError:
-            continue  # not text (a picture): nothing to rename inside
+            text = ""  # not text (a picture): nothing to rename inside
         if NAME in text.lower():
             path.write_text(text.replace(NAME, package).replace(NAME.upper(), package.upper()))
-    for path in sorted(root.rglob(f"*{NAME}*"), key=lambda p: -len(p.parts)):  # the deepest first
-        _move(path, path.with_name(path.name.replace(NAME, package)))
+        if NAME in name:
+            target = root / name.replace(NAME, package)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            path.replace(target)  # over the user's version: copier update applies their edits afterwards
+            _prune(root, path.parent)
 
 
-def _move(source: Path, target: Path) -> None:
-    """``mv``, but into a folder that exists already: ``copier update`` writes the template's new
-    version, under the template's names, over the renamed project before this step runs there."""
-    if source.is_dir() and target.is_dir():
-        for child in source.iterdir():
-            _move(child, target / child.name)
-        source.rmdir()
-    else:
-        source.replace(target)
+def _prune(root: Path, folder: Path) -> None:
+    """Remove ``folder`` and the folders above it that a move or a removal left empty."""
+    while folder != root and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
 
 
 def describe(root: Path, project: str, package: str, description: str, author: str, email: str, example: bool) -> None:
@@ -85,22 +117,24 @@ def describe(root: Path, project: str, package: str, description: str, author: s
     readme.write_text(f"{intro}\n## {rest}")
 
 
-def leave_out_example(root: Path) -> None:
-    """The MNIST example's own files out, the placeholders in, the config and schema pointed at them."""
-    for name in EXAMPLE_ONLY:
-        path = root / name
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    shutil.copytree(BLANK, root, dirs_exist_ok=True)
+def leave_out_example(root: Path, files: list[str]) -> list[str]:
+    """The MNIST example's own files out, the placeholders in, the config and schema pointed at them;
+    returns the rendered files as they are now. Only rendered files go: a notebook of the user's stays."""
+    gone = [name for name in files if any(name == x or name.startswith(f"{x}/") for x in EXAMPLE_ONLY)]
+    for name in gone:
+        (root / name).unlink()
+        _prune(root, (root / name).parent)
+    blank = [p.relative_to(BLANK).as_posix() for p in BLANK.rglob("*") if p.is_file() and p.suffix != ".txt"]
+    for name in blank:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(BLANK / name, root / name)
     for entry in ("train", "eval"):
         path = root / "conf" / f"{entry}.yaml"
         path.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", path.read_text()))
     schema = root / "src" / NAME / "schema.py"
     data = (BLANK / "schema_data.txt").read_text()
     schema.write_text(re.sub(r"(?s)class Data\(Target\):\n.*?\n\n\n", data + "\n\n", schema.read_text(), count=1))
-    (root / "schema_data.txt").unlink()
+    return [name for name in files if name not in gone] + [name for name in blank if name not in files]
 
 
 def _toml(value: str) -> str:
@@ -116,11 +150,16 @@ def main() -> None:
     parser.add_argument("--email", default="")
     parser.add_argument("--example", choices=["True", "False"], default="True", help="keep the MNIST example")
     args = parser.parse_args()
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", args.package):
+        parser.error(
+            f"--package={args.package!r}: a lower-case Python identifier (a letter, then letters, digits or _)"
+        )
     root, example = Path.cwd(), args.example == "True"
-    if not example and (root / "src" / NAME).is_dir():  # the template's files, as copied (or updated) just now
-        leave_out_example(root)
+    files = [name for name in template_files(TEMPLATE) if (root / name).is_file()]  # written here just now
+    if not example:
+        files = leave_out_example(root, files)
     describe(root, args.project, args.package, args.description, args.author, args.email, example)
-    rename(root, args.package)
+    rename(root, files, args.package)
 
 
 if __name__ == "__main__":

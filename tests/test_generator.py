@@ -44,6 +44,14 @@ def _copier(*args: str, cwd: Path) -> None:
     _run(sys.executable, "-m", "copier", *args, "--trust", "--defaults", cwd=cwd)
 
 
+def _generate(template: Path, project: Path, *answers: str) -> None:
+    """``copier copy`` into ``project``, made a git repository with the result committed (as ``copier
+    update`` requires)."""
+    _copier("copy", *answers, str(template), str(project), cwd=project.parent)
+    _run("git", "init", "-q", cwd=project)
+    _commit(project, "generated")
+
+
 def _copy_working_tree(repo: Path) -> None:
     """This working tree's files (tracked, and new ones git does not ignore) into ``repo``."""
     files = _run("git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", cwd=ROOT).split("\0")
@@ -135,9 +143,7 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
 
 def test_update_brings_template_changes_and_keeps_the_users_own(template: Path, tmp_path: Path) -> None:
     project = tmp_path / "retina"
-    _copier("copy", *ANSWERS, str(template), str(project), cwd=tmp_path)
-    _run("git", "init", "-q", cwd=project)
-    _commit(project, "generated")
+    _generate(template, project, *ANSWERS)
     trainer = project / "conf" / "trainer" / "default.yaml"
     trainer.write_text(trainer.read_text().replace("max_epochs: 10 ", "max_epochs: 30 "))  # the user's edit
     # and a line the template changes too
@@ -168,11 +174,12 @@ def test_update_brings_template_changes_and_keeps_the_users_own(template: Path, 
 
 def test_update_without_the_example_keeps_the_users_data_module(template: Path, tmp_path: Path) -> None:
     project = tmp_path / "blank"
-    _copier("copy", "-d", "project_name=Blank Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
-    _run("git", "init", "-q", cwd=project)
-    _commit(project, "generated")
+    _generate(template, project, "-d", "project_name=Blank Lab", "-d", "example=false")
     data = project / "src" / "blank_lab" / "data.py"
     data.write_text('"""My own data module."""\n')  # the placeholder replaced, as its README asks
+    mine = project / "notebooks" / "mine.py"  # where the example keeps its notebooks
+    mine.parent.mkdir()
+    mine.write_text("# my notebook\n")
     _commit(project, "my data")
 
     tasks = template / "src" / "mnistlab" / "tasks.py"
@@ -182,9 +189,39 @@ def test_update_without_the_example_keeps_the_users_data_module(template: Path, 
     _copier("update", cwd=project)
     assert (project / "src" / "blank_lab" / "tasks.py").read_text().endswith("# A change of the template's.\n")
     assert data.read_text() == '"""My own data module."""\n'
+    assert mine.read_text() == "# my notebook\n"  # the example's notebooks left out, the user's kept
     assert not (project / "predict.py").exists() and not (project / "conf" / "data" / "mnist.yaml").exists()
     assert _traces(project) == []
     assert not list(project.rglob("*.rej"))
+
+
+def test_update_touches_only_the_files_the_template_renders(template: Path, tmp_path: Path) -> None:
+    """In a folder named after the template, the user's files, git-ignored ones and a virtual environment
+    keep every byte, whatever they say, through ``copier update``; only the template's files are renamed."""
+    project = tmp_path / "mnistlab-fork"
+    _generate(template, project, *ANSWERS)
+    note = project / "NOTES.md"
+    note.write_text("Derived from the MNISTLAB template (mnistlab).\n")
+    own_module = project / "src" / "retina_lab" / "ported.py"
+    own_module.write_text('"""Ported from mnistlab.runtime.launch."""\n')
+    _commit(project, "my notes")
+    pip = project / ".venv" / "bin" / "pip"
+    pip.parent.mkdir(parents=True)
+    pip.write_text(f"#!{project}/.venv/bin/python\n")  # the shebang an update once broke
+    installed = project / ".venv" / "lib" / "site-packages" / "mnistlab_fork.pth"
+    installed.parent.mkdir(parents=True)
+    installed.write_text(str(project / "src"))
+    log = project / "outputs" / "mnistlab.log"
+    log.write_text("mnistlab\n")
+    untouched = {path: path.read_bytes() for path in (note, own_module, pip, installed, log)}
+
+    tasks = template / "src" / "mnistlab" / "tasks.py"
+    tasks.write_text(tasks.read_text() + "\n# See mnistlab.tasks.train.\n")
+    _commit(template, "a template change")
+    _copier("update", cwd=project)
+    assert (project / "src" / "retina_lab" / "tasks.py").read_text().endswith("# See retina_lab.tasks.train.\n")
+    assert {path: path.read_bytes() for path in untouched} == untouched
+    assert not (project / "src" / "mnistlab").exists() and not list(project.rglob("*.rej"))
 
 
 FLAT_PACKAGE = "677c63bd72659dd99b490d7a03fcc688ea8c04d5"  # the template's last commit with every module at the top
