@@ -4,6 +4,7 @@ The template is a git repository made of this working tree (what would be commit
 see the code as it is now. Rendering copies the files and runs ``generator/rename.py`` in the copy.
 """
 
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 import processes
 from conftest import ROOT
@@ -222,6 +224,40 @@ def test_update_touches_only_the_files_the_template_renders(template: Path, tmp_
     assert (project / "src" / "retina_lab" / "tasks.py").read_text().endswith("# See retina_lab.tasks.train.\n")
     assert {path: path.read_bytes() for path in untouched} == untouched
     assert not (project / "src" / "mnistlab").exists() and not list(project.rglob("*.rej"))
+
+
+def _files(project: Path, answers_file: str) -> dict[str, bytes]:
+    return {
+        path.relative_to(project).as_posix(): path.read_bytes()
+        for path in project.rglob("*")
+        if path.is_file() and ".git" not in path.relative_to(project).parts and path.name != answers_file
+    }
+
+
+@pytest.mark.parametrize(
+    ("answers", "package"),
+    [(ANSWERS, "retina_lab"), (["-d", "project_name=Blank Lab", "-d", "example=false"], "blank_lab")],
+)
+def test_cookiecutter_gives_the_same_project_as_copier(
+    template: Path, tmp_path: Path, answers: list[str], package: str
+) -> None:
+    """``cookiecutter <template>``: the root's cookiecutter.json leads to generator/cookiecutter/, whose hook
+    copies the same files and runs the same rename, so the project is copier's, byte for byte."""
+    by_copier = tmp_path / "copier" / "project"
+    by_copier.parent.mkdir()
+    _copier("copy", *answers, str(template), str(by_copier), cwd=tmp_path)
+    config = tmp_path / "cookiecutter.yaml"  # its clones and replays in tmp_path, not in the home folder
+    config.write_text(f"cookiecutters_dir: {tmp_path / 'clones'}\nreplay_dir: {tmp_path / 'replay'}\n")
+    context = [answer for answer in answers if answer != "-d"]  # cookiecutter takes key=value
+    command = ["-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "cookiecutter"]
+    _run(sys.executable, *command, str(template), *context, cwd=tmp_path)
+    by_cookiecutter = tmp_path / "cookiecutter" / package  # the folder is named after the package
+    copied = _files(by_copier, ".copier-answers.yml")
+    assert f"src/{package}/tasks.py" in copied and _traces(by_copier) == []
+    assert _files(by_cookiecutter, ".cookiecutter.json") == copied
+    recorded = json.loads((by_cookiecutter / ".cookiecutter.json").read_text())  # the answers, as copier keeps them
+    answers_of_copier = yaml.safe_load((by_copier / ".copier-answers.yml").read_text())
+    assert recorded == {key: value for key, value in answers_of_copier.items() if not key.startswith("_")}
 
 
 FLAT_PACKAGE = "677c63bd72659dd99b490d7a03fcc688ea8c04d5"  # the template's last commit with every module at the top
