@@ -47,8 +47,11 @@ and `src/{package}/network.py` is a small MLP for them. Replace them with your d
 and `conf/data/`, `conf/model/` and the `Data` model of `src/{package}/schema.py` with them; everything
 else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
 """
-TEMPLATE_ONLY = re.compile(r"<!-- template only -->.*?<!-- end template only -->\n*", re.DOTALL)
-EXAMPLE_ONLY_TEXT = re.compile(r"<!-- example only -->.*?<!-- end example only -->\n*", re.DOTALL)
+BLANK_NAMES = {  # renamed with the example left out: the search config and its study (the README's command
+    "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
+    "mnist_optuna": "optuna",
+}
+BLANK_TEXT = re.compile(r"(?s)<!-- blank: (.*?) -->")  # the README's words for a project without the example
 
 
 def template_files(template: Path) -> list[str]:
@@ -73,8 +76,8 @@ def _excluded(name: str, patterns: list[str]) -> bool:
     return any(fnmatch(name, p) if "/" in p else any(fnmatch(part, p) for part in parts) for p in patterns)
 
 
-def rename(root: Path, files: list[str], package: str) -> None:
-    """``mnistlab`` -> ``package`` and ``MNISTLAB`` -> its upper case, in the contents and paths of the
+def rename(root: Path, files: list[str], names: dict[str, str]) -> None:
+    """Each of ``names`` (``mnistlab`` -> the package, ...) renamed in the contents and paths of the
     rendered ``files`` only: the user's own files, git-ignored ones and a virtual environment in the
     project's folder are never read."""
     for name in files:
@@ -83,13 +86,19 @@ def rename(root: Path, files: list[str], package: str) -> None:
             text = path.read_text()
         except UnicodeDecodeError:
             text = ""  # not text (a picture): nothing to rename inside
-        if NAME in text.lower():
-            path.write_text(text.replace(NAME, package).replace(NAME.upper(), package.upper()))
-        if NAME in name:
-            target = root / name.replace(NAME, package)
+        if any(old in text for old in names):
+            path.write_text(_replace(text, names))
+        if any(old in name for old in names):
+            target = root / _replace(name, names)
             target.parent.mkdir(parents=True, exist_ok=True)
             path.replace(target)  # over the user's version: copier update applies their edits afterwards
             _prune(root, path.parent)
+
+
+def _replace(text: str, names: dict[str, str]) -> str:
+    for old, new in names.items():
+        text = text.replace(old, new)
+    return text
 
 
 def _prune(root: Path, folder: Path) -> None:
@@ -108,13 +117,25 @@ def describe(root: Path, project: str, package: str, description: str, author: s
     author_line = f"authors = [{{ {person} }}]\n" if person else ""  # an empty e-mail is no valid one
     pyproject.write_text(text.replace('readme = "README.md"\n', f'readme = "README.md"\n{author_line}', 1))
     readme = root / "README.md"
-    text = TEMPLATE_ONLY.sub("", readme.read_text())  # what is about the template itself
-    text = text if example else EXAMPLE_ONLY_TEXT.sub("", text)  # digit prediction, the MNIST benchmarks
+    text = _section(readme.read_text(), "template only", keep=False)  # what is about the template itself
+    text = _section(text, "example only", keep=example)  # MNIST's data, digit prediction, the benchmarks
+    text = BLANK_TEXT.sub("" if example else r"\1", text)
+    text = re.sub(r"\n{3,}", "\n\n", text)  # where a section went between two blank lines
     _, rest = text.split("\n## ", 1)  # the title and first paragraph end at the first section
     intro = f"# {project}\n\n{description}\n\nBuilt on a Lightning + Hydra template for distributed training.\n"
     if not example:
         intro += PLACEHOLDERS.format(package=package)
     readme.write_text(f"{intro}\n## {rest}")
+
+
+def _section(text: str, name: str, keep: bool) -> str:
+    """The README's text between ``<!-- name -->`` and ``<!-- end name -->`` (HTML comments: GitHub shows
+    this repository's README without them), kept without its markers or left out. A section opened at the
+    start of a line goes with the end of its last line; one inside a line (a table cell) leaves it."""
+    if keep:
+        return re.sub(rf"(?m)^<!-- (?:end )?{name} -->\n|<!-- (?:end )?{name} -->", "", text)
+    span = rf"<!-- {name} -->.*?<!-- end {name} -->"
+    return re.sub(rf"(?ms)^{span}\n?|{span}", "", text)
 
 
 def leave_out_example(root: Path, files: list[str]) -> list[str]:
@@ -159,7 +180,8 @@ def main() -> None:
     if not example:
         files = leave_out_example(root, files)
     describe(root, args.project, args.package, args.description, args.author, args.email, example)
-    rename(root, files, args.package)
+    names = {NAME: args.package, NAME.upper(): args.package.upper()} | ({} if example else BLANK_NAMES)
+    rename(root, files, names)
 
 
 if __name__ == "__main__":

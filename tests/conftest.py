@@ -18,8 +18,8 @@ import processes
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
-# MNIST comes from $DATA_DIR (CI points it at a prepared copy); without it, the project's data/,
-# where the data module downloads MNIST on first use.
+# Data files come from $DATA_DIR (CI points it at a prepared copy); without it, from the project's
+# data/, where a data module downloads what it needs on first use.
 DATA_DIR = os.environ.setdefault("DATA_DIR", str(ROOT / "data"))
 # What the environment is between tests: in-process training sets PL_GLOBAL_SEED,
 # CUBLAS_WORKSPACE_CONFIG and more, which would otherwise leak into the tests after it.

@@ -109,8 +109,10 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     assert readme.startswith("# Retina Lab\n\nA deep-learning project trained with PyTorch Lightning")
     assert "Start your own project" not in readme  # the template's own section
     assert "**Predict.**" in readme and "## Speed" in readme  # the example's, kept with it
-    assert not (project / "generator").exists() and not (project / "copier.yml").exists()
-    assert not (project / "tests" / "test_generator.py").exists()
+    for generator in ("generator/", "copier.yml", "cookiecutter.json", ".ci/", "tests/test_generator.py"):
+        assert not (project / generator).exists() and generator not in readme, generator  # the template's own
+    assert "copier" not in readme.lower() and "cookiecutter" not in readme.lower() and "<!--" not in readme
+    assert (project / ".github" / "workflows" / "tests.yml").is_file()  # its CI, in the form its users run
     # The renamed project imports, composes its config and builds its model, as it is, from its folder.
     check = "from retina_lab.tasks import train; import hydra; print('ok')"
     env = os.environ | {"PYTHONPATH": str(project / "src")}
@@ -136,7 +138,19 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     assert "MNIST" not in (project / "src" / "blank_lab" / "__init__.py").read_text()
     readme = (project / "README.md").read_text()
     assert "**This project starts with placeholders:**" in readme
-    assert "**Predict.**" not in readme and "## Speed" not in readme and "example only -->" not in readme
+    assert "**Predict.**" not in readme and "## Speed" not in readme and "<!--" not in readme
+    for example_only in ("mnist", "digit", "98", "predict.py", "benchmarks/", "notebooks/"):
+        assert example_only not in readme.lower(), example_only
+    mentions = [str(path) for path in project.rglob("*") if path.is_file() and "mnist" in path.read_text().lower()]
+    assert mentions == []  # nothing speaks of MNIST any more
+    assert (project / "conf" / "hparams_search" / "optuna.yaml").is_file()  # was mnist_optuna
+    lines = readme.splitlines()
+    column = {
+        line.split("#")[0].strip(): line.index("#")
+        for line in lines
+        if line.startswith("python train.py ") and "#" in line
+    }
+    assert column["python train.py -m hparams_search=optuna"] == column["python train.py"]  # aligned comments
     result = _fast_dev_run(project, tmp_path / "outputs")
     assert result.returncode == 0, result.stderr[-3000:]
     refused = _fast_dev_run(project, tmp_path / "outputs", "data.val_size=60000")

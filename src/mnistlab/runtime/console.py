@@ -5,6 +5,7 @@ these filters on the console handler only, so each rank still writes its whole l
 """
 
 import logging
+import sys
 
 
 class RankZeroFilter(logging.Filter):
@@ -32,6 +33,8 @@ class DropNoise(logging.Filter):
         "Restoring states from the checkpoint path at",  # said again by "Restored all states from ..."
         "`weights_only` was not set",  # Lightning's own checkpoints, loaded as it chooses
         "`isinstance(treespec, LeafSpec)` is deprecated",  # Lightning 2.6 on torch 2.14, at every run
+        "Directory watcher advancing",  # TensorBoard's reader, file by file (a notebook reading a run's curves)
+        "No path found after",  # and at its last file
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -50,3 +53,17 @@ def adopt_lightning_loggers() -> None:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+
+
+def quiet_console() -> None:
+    """The console of ``train.py`` for a process Hydra's logging did not set up (a notebook, a script that
+    calls ``train(cfg)``): records of rank 0 without the noise (conf/hydra/default.yaml's filters), Python
+    warnings among them, on stdout; no log file. Called again, it replaces its handler (a re-run cell)."""
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("[%(name)s][%(levelname)s] - %(message)s"))
+    handler.addFilter(RankZeroFilter())
+    handler.addFilter(DropNoise())
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.INFO)
+    adopt_lightning_loggers()  # if Lightning is imported already; imported later, it leaves the root's to us
