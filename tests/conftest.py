@@ -99,16 +99,6 @@ DETERMINISTIC = [
     "trainer.deterministic=true",
 ]
 
-# Two trials that draw both values of choice(1e30,1e-3), first 1e-3: the random sampler, seeded. Not the grid
-# sampler: with it, hydra-optuna-sweeper 1.3 crashes ("Study.stop is supposed to be invoked inside an objective
-# function") when the grid's last trial is the one that failed, and the grid's order is random.
-OPTUNA_BOTH_VALUES = [
-    "hydra/sweeper/sampler=random",
-    "hydra.sweeper.sampler.seed=0",
-    "hydra.sweeper.n_trials=2",
-    "hydra.sweeper.direction=maximize",
-]
-
 
 MARKER = "payload-ran"  # created in the test's folder by any payload that runs
 
@@ -181,12 +171,14 @@ def assert_same_training(a: dict, b: dict, atol: float = 1e-6) -> None:
             )
 
 
-def compose_config(name: str, out: Path, overrides: Sequence[str] = ()) -> DictConfig:
-    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``."""
+def compose_config(name: str, out: Path, overrides: Sequence[str] = (), hydra: bool = False) -> DictConfig:
+    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``; with
+    ``hydra``, Hydra's own config too (``cfg.hydra``: the sweeper, the launcher)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(
             config_name=name,
             overrides=[f"paths.log_dir={out}", f"paths.output_dir={out}", "trainer.accelerator=cpu", *overrides],
+            return_hydra_config=hydra,
         )
 
 

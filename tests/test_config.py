@@ -44,8 +44,9 @@ def test_every_option_composes_resolves_and_fits_the_schema(entry: str, group: s
 
 def test_every_group_and_option_is_covered() -> None:
     groups = {str(p.parent.relative_to(CONF)) for p in CONF.rglob("*.yaml") if p.parent != CONF}
-    # Hydra's own (tests/test_ddp.py, test_sweeps.py) and the sweeps' (hparams_search: test_sweeps.py)
-    assert groups == set(GROUPS) | {"hydra", "hydra/launcher", "hparams_search"}
+    # Hydra's own (tests/test_ddp.py, test_sweeps.py) and the Optuna search's (tests/test_optuna.py)
+    optuna = {"hparams_search", "hydra/sweeper", "hydra/sweeper/sampler", "hydra/sweeper/pruner"}
+    assert groups == set(GROUPS) | {"hydra", "hydra/launcher"} | optuna
 
 
 CPU_STRATEGIES = [

@@ -17,11 +17,13 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+import optuna
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 import processes
-from conftest import DETERMINISTIC, OPTUNA_BOTH_VALUES, ROOT, assert_same_weights, free_port
+from conftest import DETERMINISTIC, ROOT, assert_same_weights, free_port
 from conftest import last_checkpoint as _last
 
 pytestmark = pytest.mark.slow
@@ -185,30 +187,37 @@ def test_two_nodes_of_one_task_each_train_as_one_run(slurm: dict[str, str], tmp_
     assert _last(run)["global_step"] == 3 * 30
 
 
-def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_and_survives_a_failed_one(slurm, tmp_path: Path) -> None:
-    """hydra/launcher=slurm with Optuna: 2 jobs x 2 tasks; one diverges. Each job folder: one config, rank 0's
-    train.log, rank 1's own log; the study gets each job's real val/acc_best and records the failure."""
+def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_survives_a_failed_one_and_prunes(slurm, tmp_path: Path) -> None:
+    """hparams_search=mnist_optuna on hydra/launcher=slurm: 3 jobs x 2 tasks, one at a time; one diverges,
+    a hopeless one (lr=1e-7) is pruned after its first epoch on both ranks. Each job folder: one config,
+    rank 0's train.log, rank 1's own log; the study gets each job's real val/acc_best, the failure, the
+    pruned trial."""
     command = [
-        *(sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hydra/sweeper=optuna", *OPTUNA_BOTH_VALUES),
+        *(sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hparams_search=mnist_optuna"),
+        *("hydra.sweeper.params=null", "model.optimizer.lr=choice(1e-3,1e30,1e-7)", "hydra/sweeper/sampler=grid"),
+        *("hydra.sweeper.sampler.seed=5", "hydra.sweeper.n_trials=3"),
+        *("hydra.sweeper.pruner.n_startup_trials=1", "hydra.sweeper.pruner.n_warmup_steps=0"),
         *("hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1", "strategy=ddp", "trainer.devices=2"),
-        *("trainer.accelerator=cpu", "model.optimizer.lr=choice(1e30,1e-3)"),
-        *DETERMINISTIC[:4],
+        *("trainer.accelerator=cpu", "logger=none", *DETERMINISTIC[:4]),
         f"paths.log_dir={tmp_path}",
     ]
     result = processes.run(command, env=slurm, timeout=600)
     assert result.returncode == 1, result.stderr[-3000:]
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    jobs = {p.name: p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()}
-    assert len(jobs) == 2
-    good, bad = sorted(jobs.values(), key=lambda job: (job / "failure.txt").exists())
-    for job in (good, bad):
+    (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
+    study = optuna.load_study(study_name="mnist_optuna", storage=f"sqlite:///{sweep.parent}/optuna.db")
+    states = {t.params["model.optimizer.lr"]: t.state.name for t in study.trials}
+    assert states == {1e-3: "COMPLETE", 1e30: "FAIL", 1e-7: "PRUNED"}
+    jobs = {t.params["model.optimizer.lr"]: sweep / str(t.number) for t in study.trials}
+    for job in jobs.values():
         assert [p.relative_to(job).as_posix() for p in job.rglob("config.yaml")] == [".hydra/config.yaml"]
         assert {p.name for p in job.glob("*.log")} == {"train.log", "train_ddp_process_1.log"}
         assert "GLOBAL_RANK: 1, MEMBER: 2/2" not in (job / "train.log").read_text()
     best = OmegaConf.load(sweep / "optimization_results.yaml").best_value
-    assert best == json.loads((good / "metrics.json").read_text())["val/acc_best"]
-    assert f"1 of 2 jobs of the sweep in {sweep} failed:" in result.stderr
-    assert "non-finite" in (bad / "failure.txt").read_text()
+    assert best == json.loads((jobs[1e-3] / "metrics.json").read_text())["val/acc_best"]
+    assert f"1 of 3 jobs of the sweep in {sweep} failed:" in result.stderr
+    assert "non-finite" in (jobs[1e30] / "failure.txt").read_text()
+    assert (jobs[1e-7] / "pruned.txt").read_text().startswith("pruned after epoch 0")
+    assert torch.load(jobs[1e-7] / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0  # both ranks stopped
     noise = ("Bypassing sacct error", "accounting storage is disabled")  # no sacct on this cluster: squeue
     assert not [
         line for line in result.stdout.splitlines() + result.stderr.splitlines() if any(n in line for n in noise)

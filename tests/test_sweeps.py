@@ -9,14 +9,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pytest
 from omegaconf import OmegaConf, open_dict
 
 from mnistlab.sweeps import gpu_slots
 from mnistlab.sweeps.summary import SweepSummary
 
-from conftest import OPTUNA_BOTH_VALUES, ROOT, SHORT, run_script
+from conftest import ROOT, SHORT, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -39,26 +38,6 @@ def test_failed_jobs_leave_the_others_running_and_are_listed_at_the_end(tmp_path
     ]
     assert "Traceback" not in result.stdout + result.stderr
     assert "Traceback" in (sweep / "1" / "failure.txt").read_text()  # the details, for whoever wants them
-
-
-def test_an_optuna_trial_that_fails_first_is_recorded_as_failed_and_the_study_goes_on(tmp_path) -> None:
-    """The first trial diverges (lr=1e30; the seeded sampler draws it first), one trial at a time: the study
-    in its storage holds it as failed, and the next trial, asked after it, completes."""
-    storage = f"sqlite:///{tmp_path}/optuna.db"
-    result = run_script(
-        "train.py", "-m", "hydra/sweeper=optuna", *OPTUNA_BOTH_VALUES, "hydra.sweeper.n_jobs=1",
-        f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=first_fails",
-        "model.optimizer.lr=choice(1e-3,1e30)", *SHORT, "logger=none", f"paths.log_dir={tmp_path}",
-    )  # fmt: skip
-    assert result.returncode == 1, result.stderr[-3000:]
-    study = optuna.load_study(study_name="first_fails", storage=storage)
-    trials = [(t.state.name, t.params["model.optimizer.lr"]) for t in study.trials]
-    assert trials == [("FAIL", 1e30), ("COMPLETE", 1e-3)]
-    (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
-    best = OmegaConf.load(sweep / "optimization_results.yaml")
-    assert best.best_params["model.optimizer.lr"] == 1e-3 and best.best_value == pytest.approx(study.trials[1].value)
-    assert best.best_value == pytest.approx(json.loads((sweep / "1" / "metrics.json").read_text())["val/acc_best"])
-    assert f"1 of 2 jobs of the sweep in {sweep} failed:" in result.stderr
 
 
 def _summary(sweep: Path) -> list[dict[str, str]]:
@@ -84,24 +63,6 @@ def test_a_sweep_ends_with_a_table_of_its_jobs_and_the_best_one(tmp_path) -> Non
     assert float(rows[0]["val/acc_best"]) == pytest.approx(metric, rel=1e-5) and rows[1]["val/acc_best"] == ""
     assert re.search(r"│\s+0 │ 0.001\s+│\s+0\.\d+ │ ok", result.stdout)  # the table, printed
     assert f"Best: job 0, val/acc_best={metric:.6g}: {sweep / '0'}" in result.stdout
-
-
-def test_hparams_search_stores_its_optuna_study_and_the_same_command_continues_it(tmp_path) -> None:
-    search = ["-m", "hparams_search=mnist_optuna", "hydra.sweeper.n_trials=2", *SHORT, "logger=none"]
-    for _ in range(2):
-        result = run_script("train.py", *search, f"paths.log_dir={tmp_path}")
-        assert result.returncode == 0, result.stderr[-3000:]
-    study = optuna.load_study(study_name="mnist_optuna", storage=f"sqlite:///{tmp_path}/train/multiruns/optuna.db")
-    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 4  # the second command added to the first's
-    sweeps = sorted(p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
-    values = [float(row["val/acc_best"]) for sweep in sweeps for row in _summary(sweep)]
-    assert [t.value for t in study.trials] == pytest.approx(values, rel=1e-5)  # each trial got its job's metric
-    assert set(study.trials[0].params) == {"model.optimizer.lr", "data.batch_size", "model.net.hidden"}
-    space = study.trials[0].distributions  # conf/hparams_search/mnist_optuna.yaml, as the README states it
-    lr = space["model.optimizer.lr"]  # hydra-optuna-sweeper 1.3 stores Optuna's old LogUniformDistribution
-    assert (lr.low, lr.high, getattr(lr, "log", type(lr).__name__ == "LogUniformDistribution")) == (1e-4, 1e-2, True)
-    assert space["data.batch_size"].choices == (32, 64, 128, 256)
-    assert space["model.net.hidden"].choices == (64, 128, 256, 512)
 
 
 def test_sweep_over_ddp_jobs_in_a_pool_of_workers_gives_each_job_its_own_ranks(tmp_path: Path) -> None:

@@ -187,6 +187,7 @@ class TrainConfig(Run):
     test: bool
     optimized_metric: str | None
     optimized_direction: Literal["maximize", "minimize"] = "maximize"
+    optuna_trial: NonNegative | None = None  # set by the Optuna sweeper for its jobs (hparams_search=mnist_optuna)
 
     @model_validator(mode="after")
     def _batch_divides_into_processes(self) -> "TrainConfig":

@@ -3,7 +3,7 @@ job's folder, the same table as ``summary.csv`` in the sweep folder; then one li
 a non-zero exit when any failed.
 
 Read back from the job folders (``.hydra/overrides.yaml``, the ``metrics.json`` rank 0 writes,
-``failure.txt``): the one place every launcher (basic, joblib workers, SLURM jobs) shares with the
+``failure.txt``, an Optuna trial's ``pruned.txt``): the one place every launcher (basic, joblib workers, SLURM jobs) shares with the
 sweep's process. Hydra hands a sweep's results to its callbacks for none of them.
 """
 
@@ -27,6 +27,7 @@ from mnistlab.runtime.failures import FAILURE_FILE
 from mnistlab.runtime.launch import METRICS_FILE
 
 SUMMARY_FILE = "summary.csv"
+PRUNED_FILE = "pruned.txt"  # in the folder of a job an Optuna pruner stopped (sweeps/pruning.py writes it)
 
 
 @dataclass
@@ -35,10 +36,13 @@ class Job:
     params: dict[str, str]  # key=value overrides of this job
     metric: float | None  # its optimized_metric; None when it has none
     failure: str | None  # the first line of failure.txt
+    pruned: bool = False  # stopped early by an Optuna pruner (pruned.txt): no failure
 
     @property
     def status(self) -> str:
-        return "failed" if self.failure else "ok" if self.metric is not None else "no result"
+        if self.failure:
+            return "failed"
+        return "pruned" if self.pruned else "ok" if self.metric is not None else "no result"
 
 
 class SweepSummary(Callback):
@@ -67,7 +71,8 @@ def _read_jobs(sweep: Path, metric: str) -> list[Job]:
         params = dict(str(o).split("=", 1) for o in _read(overrides, _yaml) or [] if "=" in str(o))
         value = (_read(folder / METRICS_FILE, lambda p: json.loads(p.read_text())) or {}).get(metric)
         reason = _read(folder / FAILURE_FILE, lambda p: p.read_text().partition("\n")[0])
-        jobs.append(Job(folder, params, value if isinstance(value, int | float) else None, reason))
+        number = value if isinstance(value, int | float) else None
+        jobs.append(Job(folder, params, number, reason, (folder / PRUNED_FILE).is_file()))
     return jobs
 
 
