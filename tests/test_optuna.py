@@ -74,8 +74,11 @@ def test_every_sampler_and_pruner_builds_with_the_search(sampler: str, pruner: s
     space, _ = search_space.parse([f"{k}={v}" for k, v in sweeper.params.items() if sampler != "grid" or "lr" not in k])
     built = sweeper.sampler(search_space=_grid(space)) if sampler == "grid" else sweeper.sampler
     assert isinstance(built, optuna.samplers.BaseSampler) and isinstance(sweeper.pruner, optuna.pruners.BasePruner)
-    HydraConfig.instance().set_config(cfg)
-    callback = instantiate(cfg.callbacks.optuna_pruning)
+    HydraConfig.instance().set_config(cfg)  # as in a job: the callback reads the sweeper's settings through it
+    try:
+        callback = instantiate(cfg.callbacks.optuna_pruning)
+    finally:
+        HydraConfig.instance().cfg = None  # no job after this test
     assert type(callback.pruner) is type(sweeper.pruner) and callback.storage == sweeper.storage
 
 
