@@ -4,6 +4,7 @@
 import logging
 import math
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -15,6 +16,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.mnistlab_optuna import search_space
@@ -39,7 +41,7 @@ class OptunaSweeper(Sweeper):
         grace_period: int | None,
         max_retry: int | None,
     ) -> None:
-        self.sampler, self.pruner, self.direction = sampler, pruner, direction
+        self.sampler, self.pruner, self.direction = _built(sampler), _built(pruner), direction
         self.storage, self.study_name, self.trial_key = storage, study_name, trial_key
         self.n_trials, self.n_jobs = n_trials, n_jobs
         self.params = {str(key): str(value) for key, value in (params or {}).items()}
@@ -53,6 +55,7 @@ class OptunaSweeper(Sweeper):
         )
 
     def sweep(self, arguments: list[str]) -> None:
+        _quiet_heartbeat_notices()
         space, fixed = search_space.parse([*(f"{key}={value}" for key, value in self.params.items()), *arguments])
         study, storage = self._study(space)
         n_trials = min(self.n_trials, _grid_size(space)) if _is_grid(self.sampler) else self.n_trials
@@ -72,6 +75,8 @@ class OptunaSweeper(Sweeper):
         and queued again (their heartbeat stopped more than ``grace_period`` s ago)."""
         import optuna
 
+        optuna.logging.enable_propagation()  # Optuna's records through Hydra's logging (console and the sweep's log)
+        optuna.logging.disable_default_handler()
         storage = None
         if self.storage:
             retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.max_retry)
@@ -97,6 +102,19 @@ class OptunaSweeper(Sweeper):
     def _overrides(self, trial: Any, fixed: list[str]) -> list[str]:
         chosen = [f"{key}={value}" for key, value in trial.params.items()]
         return [*fixed, *chosen, *([f"{self.trial_key}={trial.number}"] if self.trial_key else [])]
+
+
+def _quiet_heartbeat_notices() -> None:
+    """Optuna calls its heartbeat API experimental (since 2.8, unchanged through 5.1) at every use, and warns
+    at every ``ask`` that heartbeats are meant for ``study.optimize``: this sweeper records them itself."""
+    for notice in ("is experimental", "is an experimental feature", "Heartbeat of storage is supposed to be used"):
+        warnings.filterwarnings("ignore", message=f".*{notice}")
+
+
+def _built(node: Any) -> Any:
+    """A sampler or pruner: Hydra 1.3 builds a plugin's nested ``_target_`` nodes, Hydra 1.4 hands them over
+    as configs (.ci/hydra-next)."""
+    return instantiate(node) if isinstance(node, DictConfig) else node
 
 
 def _tell(study: Any, trial: Any, result: JobReturn) -> None:

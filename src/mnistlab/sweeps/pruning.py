@@ -50,7 +50,8 @@ class OptunaPruning(L.Callback):
         if value is None:
             return False  # not logged at this validation: nothing to report
         self._trial.report(float(value), step=trainer.current_epoch)
-        return self._trial.should_prune()
+        last = trainer.max_epochs is not None and trainer.current_epoch + 1 >= trainer.max_epochs
+        return not last and self._trial.should_prune()  # a trial that trained all its epochs completes
 
     def _record(self, trainer: L.Trainer) -> None:
         from optuna.trial import TrialState
