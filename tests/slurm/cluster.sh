@@ -67,6 +67,13 @@ CONF
 }
 
 stop() {
+    # A job still running (a test that failed or timed out) is killed first, steps and all: once slurmd is
+    # gone, its srun would otherwise wait for ever.
+    squeue -h -o %i 2>/dev/null | xargs -r scancel --full --signal=KILL 2>/dev/null || true
+    for _ in $(seq 50); do
+        [ -z "$(squeue -h 2>/dev/null)" ] && break
+        sleep 0.2
+    done
     scontrol shutdown 2>/dev/null || true  # slurmctld and every slurmd
     for pidfile in "$dir"/slurmd-*.pid "$dir"/slurmctld.pid "$dir"/munge/munged.pid; do
         [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
