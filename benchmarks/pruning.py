@@ -11,13 +11,11 @@ best within 0.3 points. Prints a table and writes it as JSON to outputs/benchmar
 """
 
 import argparse
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from timing import ROOT, wall
+from timing import ROOT, publish, wall
 
 
 def study(pruner: str, trials: int, epochs: int, seed: int, out: Path, *overrides: str) -> dict[str, float]:
@@ -58,13 +56,7 @@ def main() -> None:
     rows[f"time ratio {name} / none"] = round(pruned["wall time (s)"] / full["wall time (s)"], 3)
     gap = 100 * (full["best val/acc_best"] - pruned["best val/acc_best"])
     rows[f"best, none minus {name}, points (target <= 0.3)"] = round(gap, 2)
-    width = max(map(len, rows))
-    for name, value in rows.items():
-        print(f"{name:<{width}}  {value}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"pruning-{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
-    path.write_text(json.dumps(rows, indent=2))
-    print(f"written to {path}")
+    publish(rows, args.out, "pruning")
 
 
 if __name__ == "__main__":

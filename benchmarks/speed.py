@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from timing import EPOCH_TIMES, EPOCHS, ROOT, epoch_seconds, wall
+from timing import EPOCH_TIMES, EPOCHS, ROOT, epoch_seconds, publish, wall
 
 IMPORTS = "import torch, torchvision, lightning, hydra"
 USUAL = "data._target_=usual_data.TorchvisionMNIST"  # benchmarks/usual_data.py
@@ -334,13 +334,7 @@ def main() -> None:
     else:
         switches = args.switches or args.gpu  # the first machine with a GPU gets the whole table in one command
         rows = report(measure(args.repeats, args.gpu, switches), test_accuracy_per_epoch(args.gpu))
-    width = max(map(len, rows))
-    for name, value in rows.items():
-        print(f"{name:<{width}}  {value}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"speed-{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
-    path.write_text(json.dumps(rows, indent=2))
-    print(f"written to {path}")
+    publish(rows, args.out, "speed")
 
 
 if __name__ == "__main__":

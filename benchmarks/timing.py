@@ -1,12 +1,13 @@
-"""What the benchmarks share: how a command is timed from outside (``wall``) and a training run's
-epochs from inside (``epoch_seconds``, with ``epoch_timer.py``). ``speed.py`` and ``step_costs.py``
-both import it; neither imports the other's helpers."""
+"""What the benchmarks share: how a command is timed from outside (``wall``), a training run's epochs
+from inside (``epoch_seconds``, with ``epoch_timer.py``), and their table printed and saved as JSON
+(``publish``). ``speed.py``, ``step_costs.py`` and ``pruning.py`` import it; none imports another's helpers."""
 
 import json
 import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH_TIMES = "MNISTLAB_EPOCH_TIMES"  # where a benchmarked run writes the seconds of its epochs
@@ -36,3 +37,14 @@ def epoch_seconds(command: list[str], out: Path) -> float:
     env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={ROOT / 'benchmarks'}:{ROOT / 'src'}"]
     wall([*env, *command])
     return statistics.median(json.loads(times.read_text())[1:])
+
+
+def publish(rows: dict[str, Any], out: Path, name: str) -> None:
+    """Print a benchmark's table and write it as JSON to ``out/<name>-<time>.json``."""
+    width = max(map(len, rows))
+    for row, value in rows.items():
+        print(f"{row:<{width}}  {value}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}-{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+    path.write_text(json.dumps(rows, indent=2))
+    print(f"written to {path}")

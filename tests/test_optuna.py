@@ -2,6 +2,7 @@
 search space read from Hydra's syntax, studies stored and continued, failed trials recorded, hopeless
 trials pruned on every rank of a job, a killed sweep's trial failed and run again, the dashboard."""
 
+import csv
 import json
 import os
 import signal
@@ -91,8 +92,6 @@ def _sweeps(tmp_path: Path) -> list[Path]:
 
 
 def _rows(sweep: Path) -> list[dict[str, str]]:
-    import csv
-
     with (sweep / "summary.csv").open() as file:
         return list(csv.DictReader(file))
 
