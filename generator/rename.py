@@ -36,6 +36,7 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
     "conf/data/kmnist.yaml",
     "tests/test_data.py",
     "tests/test_prediction.py",
+    "tests/test_export_readme.py",
     "tests/test_notebooks.py",
     "tests/test_benchmarks.py",
     "notebooks",

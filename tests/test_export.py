@@ -1,14 +1,18 @@
 """export.py: the network alone, runnable without Lightning, checked against the checkpoint."""
 
+import importlib.metadata
 import sys
 
 import numpy as np
 import pytest
+import safetensors.torch
 import torch
+import torchvision
 from hydra import compose, initialize_config_dir
 
+from mnistlab.runtime import provenance
 from mnistlab.runtime.checkpoint_io import load_checkpoint
-from mnistlab.trained import loading
+from mnistlab.trained import loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
 import processes
@@ -17,6 +21,7 @@ from conftest import DATA_DIR, ROOT
 # Loads the exported file and classifies 100 test inputs saved as a NumPy array, with Lightning and this
 # package made unimportable: what a user of the exported model has.
 USE = """
+import importlib.metadata
 import sys
 sys.modules["lightning"] = sys.modules["mnistlab"] = None
 import numpy as np, torch
@@ -24,31 +29,48 @@ inputs = np.load(sys.argv[2])
 if sys.argv[1].endswith(".onnx"):
     import onnxruntime
     logits = onnxruntime.InferenceSession(sys.argv[1]).run(None, {"images": inputs})[0]
+elif sys.argv[1].endswith(".pt2"):
+    logits = torch.export.load(sys.argv[1]).module()(torch.from_numpy(inputs)).detach().numpy()
 else:
     logits = torch.jit.load(sys.argv[1])(torch.from_numpy(inputs)).detach().numpy()
 print(" ".join(map(str, logits.argmax(1))))
 """
+FILES = {
+    "export": ["model.json", "model.pt2"],
+    "onnx": ["model.onnx"],
+    "safetensors": ["model.safetensors"],
+    "torchscript": ["model.pt"],
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("format", ["onnx", "torchscript"])
-def test_the_exported_network_runs_alone_and_predicts_as_the_checkpoint(
+@pytest.mark.parametrize("format", list(FILES))
+def test_the_exported_network_runs_alone_predicts_as_the_checkpoint_and_says_what_to_feed_it(
     format: str, trained_checkpoint, tmp_path
 ) -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose("export", [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}"])
     path = export(cfg)  # raises if its logits differ from the checkpoint's by more than cfg.tolerance
-    assert path == tmp_path / ("model.onnx" if format == "onnx" else "model.pt")
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # one file, weights inside
-
+    assert sorted(p.name for p in tmp_path.iterdir()) == FILES[format]  # the weights inside, nothing else
     saved = load_checkpoint(trained_checkpoint)
+    card = model_card.read(path)
+    assert card["input_shape"] == ["N", 1, 28, 28] and card["input_dtype"] == "float32"
+    assert (card["mean"], card["std"], card["scale"]) == (*loading.normalization(saved), 255)
+    assert card["classes"] == torchvision.datasets.MNIST.classes and "white on black" in card["input_format"]
+    assert card["network"] == saved["config"]["model"]["net"] and card["commit"] == provenance.commit()
+    assert card["version"] == importlib.metadata.version("mnistlab")
+
     inputs = sample_inputs(saved, DATA_DIR, 100)
-    np.save(tmp_path / "inputs.npy", inputs.numpy())
-    command = [sys.executable, "-c", USE, str(path), str(tmp_path / "inputs.npy")]
-    alone = processes.run(command, timeout=120)
-    assert alone.returncode == 0, alone.stderr[-2000:]
     with torch.inference_mode():
         expected = loading.network(saved)(inputs).argmax(1)
+    if format == "safetensors":  # weights for the network's code: the same network, loaded with them
+        net = loading.network(saved)
+        net.load_state_dict(safetensors.torch.load_file(path))
+        assert net(inputs).argmax(1).tolist() == expected.tolist()
+        return
+    np.save(tmp_path / "inputs.npy", inputs.numpy())
+    alone = processes.run([sys.executable, "-c", USE, str(path), str(tmp_path / "inputs.npy")], timeout=120)
+    assert alone.returncode == 0, alone.stderr[-2000:]
     assert [int(p) for p in alone.stdout.split()] == expected.tolist()
 
 

@@ -57,6 +57,20 @@ class MNISTDataModule(InMemoryDataModule):
         self.mean, self.std, self.num_classes = mean, std, num_classes
         self._dataset_class()  # a name from a checkpoint's config is data: only MNIST's kin are looked up
 
+    @property
+    def classes(self) -> list[str]:
+        """The name of each label, as torchvision gives them ("7 - seven", "Sneaker"): exported models and
+        the server carry them."""
+        return list(self._dataset_class().classes)
+
+    @property
+    def input_format(self) -> str:
+        """What one input of the network is, before ``normalize``: what an exported model's user must feed."""
+        return (
+            "a 28 x 28 grey image, 0 (background) to 255 (ink): white on black (a digit drawn dark on light "
+            "paper is inverted first), scaled into a 20 x 20 box and centred by its centre of mass (MNIST's preparation)"
+        )
+
     def prepare_data(self) -> None:
         """Runs on one process per node, or one in all (prepare_data_per_node): download, then check."""
         missing = [name for name in FILES if not (self.raw_dir / name).is_file()]
@@ -124,7 +138,7 @@ class MNISTDataModule(InMemoryDataModule):
                 f"({len(bad):,} such labels); fix the file, or set model.net.num_classes to the number of classes"
             )
 
-    def _dataset_class(self) -> type:
+    def _dataset_class(self) -> Any:  # a torchvision.datasets.MNIST class
         import torchvision.datasets
 
         found = getattr(torchvision.datasets, self.dataset, None)

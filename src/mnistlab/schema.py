@@ -219,7 +219,7 @@ class PredictConfig(Node):
 class ExportConfig(Node):
     task_name: str
     ckpt_path: str
-    format: Literal["onnx", "torchscript"]
+    format: Literal["export", "onnx", "safetensors", "torchscript"]
     output_dir: str
     check_images: Positive
     tolerance: PositiveFloat

@@ -1,14 +1,20 @@
-"""The trained network alone, as a file that runs without Lightning or this package: ONNX (for
-onnxruntime, TensorRT, browsers) or TorchScript (``torch.jit.load``). ``export(cfg)`` behind
-``export.py`` writes it, then runs it on a batch of test images, the ONNX file through onnxruntime,
-and compares its logits with the checkpoint's network's.
+"""The trained network alone, as a file that runs without Lightning or this package: a ``torch.export``
+program (``.pt2``, ``torch.export.load``), ONNX (onnxruntime, TensorRT, browsers), the weights alone
+(safetensors: model hubs, serving stacks), or TorchScript (legacy: ``torch.jit`` is deprecated for
+``torch.export``, but many C++ and mobile runtimes still take it). ``export(cfg)`` behind ``export.py``
+writes it with its model card (``model_card.py``: what to feed it), loads it back as its user would, runs it
+on a batch of test images and compares its logits with the checkpoint's network's.
 
 The input is a batch of normalised images (N, 1, 28, 28), any N; the output the logits (N, classes).
 """
 
+import copy
+import json
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,19 +23,21 @@ from torch import Tensor, nn
 
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.runtime.checks import InputError
-from mnistlab.trained import loading
+from mnistlab.trained import loading, model_card
 
 log = logging.getLogger(__name__)
-SUFFIX = {"onnx": ".onnx", "torchscript": ".pt"}
+SUFFIX = {"export": ".pt2", "onnx": ".onnx", "safetensors": ".safetensors", "torchscript": ".pt"}
+Runner = Callable[[Tensor], Tensor]  # the exported file, loaded back: images -> logits
 
 
 def export(cfg: DictConfig) -> Path:
     checkpoint = load_checkpoint(Path(cfg.ckpt_path))
     net = loading.network(checkpoint)
     images = sample_inputs(checkpoint, cfg.paths.data_dir, cfg.check_images)
+    card = model_card.describe(checkpoint, net, loading.datamodule(checkpoint, data_dir=cfg.paths.data_dir), images)
     path = Path(cfg.output_dir) / f"model{SUFFIX[cfg.format]}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    run = _to_onnx(net, images, path) if cfg.format == "onnx" else _to_torchscript(net, images, path)
+    run = WRITERS[cfg.format](net, images, path, card)
     with torch.inference_mode():
         expected = net(images)
     exported = run(images)
@@ -62,8 +70,17 @@ def sample_inputs(checkpoint: dict, data_dir: str, count: int) -> Tensor:
     return torch.cat(batches)[:count]
 
 
-def _to_onnx(net: nn.Module, images: Tensor, path: Path):
+def _to_program(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -> Runner:
+    batch = torch.export.Dim("batch")  # any number of images
+    torch.export.save(torch.export.export(net, (images,), dynamic_shapes=[{0: batch}]), path)
+    (path.parent / model_card.FILE).write_text(json.dumps(card, indent=2) + "\n")
+    loaded = torch.export.load(path).module()
+    return lambda x: loaded(x).detach()
+
+
+def _to_onnx(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -> Runner:
     try:
+        import onnx
         import onnxruntime
     except ImportError as err:
         raise InputError(f"format=onnx needs onnx and onnxruntime: pip install -e '.[export]' ({err})") from None
@@ -78,15 +95,37 @@ def _to_onnx(net: nn.Module, images: Tensor, path: Path):
         external_data=False,  # one file: the weights inside, not in model.onnx.data beside it
         verbose=False,
     )
+    model = onnx.load(path)
+    onnx.helper.set_model_props(model, model_card.as_strings(card))
+    onnx.save(model, path)
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     return lambda x: torch.from_numpy(session.run(None, {"images": x.numpy().astype(np.float32)})[0])
 
 
-def _to_torchscript(net: nn.Module, images: Tensor, path: Path):
+def _to_safetensors(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -> Runner:
+    try:
+        from safetensors.torch import load_file, save_file
+    except ImportError as err:
+        raise InputError(f"format=safetensors needs safetensors: pip install -e '.[export]' ({err})") from None
+
+    save_file(net.state_dict(), path, metadata=model_card.as_strings(card))
+    loaded = copy.deepcopy(net)
+    loaded.load_state_dict(load_file(path))
+    return lambda x: loaded(x).detach()
+
+
+def _to_torchscript(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -> Runner:
     with warnings.catch_warnings():
-        # torch deprecates TorchScript for torch.export, but torch.jit.load is what most C++ and mobile
-        # runtimes still take.
-        warnings.filterwarnings("ignore", message=".*torch.jit.trace.* is deprecated")
-        torch.jit.trace(net, images[:2]).save(str(path))
+        warnings.filterwarnings("ignore", message=".*torch.jit.trace.* is deprecated")  # the module's docstring
+        traced = torch.jit.trace(net, images[:2])
+    traced.save(str(path), _extra_files={model_card.FILE: json.dumps(card, indent=2)})
     loaded = torch.jit.load(str(path))
     return lambda x: loaded(x).detach()
+
+
+WRITERS: dict[str, Callable[[nn.Module, Tensor, Path, dict[str, Any]], Runner]] = {
+    "export": _to_program,
+    "onnx": _to_onnx,
+    "safetensors": _to_safetensors,
+    "torchscript": _to_torchscript,
+}

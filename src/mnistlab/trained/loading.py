@@ -23,10 +23,15 @@ DATA_MODULES = (f"{PACKAGE}.",)  # and its data module (export checks on the tes
 
 def network(checkpoint: dict[str, Any]) -> nn.Module:
     """The checkpoint's network (``model.net`` of its run), with its weights, in eval mode."""
-    net = _build(checked(_config(checkpoint, "model", "net"), nn.Module, NETWORK_MODULES, "model.net"), "model.net")
+    net = _build(checked(network_config(checkpoint), nn.Module, NETWORK_MODULES, "model.net"), "model.net")
     weights = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
     net.load_state_dict(weights)
     return net.eval()
+
+
+def network_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's ``model.net`` config, as data (exported files carry it)."""
+    return _config(checkpoint, "model", "net")
 
 
 def datamodule(checkpoint: dict[str, Any], **given: Any) -> Any:

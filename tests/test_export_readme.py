@@ -1,0 +1,63 @@
+"""The README's lines that use an exported model with nothing of this project installed, run as written."""
+
+import re
+import site
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from hydra import compose, initialize_config_dir
+from PIL import Image
+
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.trained import loading
+from mnistlab.trained.exporting import SUFFIX, export
+
+import processes
+from conftest import DATA_DIR, ROOT
+
+# Each README block that starts "# model.<suffix>: <what it needs>"
+BLOCKS = {
+    m[1]: m[0] for m in re.findall(r"```python\n(# model(\.\w+).*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+}
+
+
+def _without_this_project(code: str, folder) -> subprocess.CompletedProcess[str]:
+    """``code`` run in ``folder`` by a Python that reads site-packages but not its .pth files: this
+    project's editable install (a .pth naming src/) is not there, its dependencies are."""
+    command = [sys.executable, "-S", "-c", code]
+    env = {"PYTHONPATH": ":".join(site.getsitepackages()), "PATH": "/usr/bin:/bin"}
+    return processes.run(command, timeout=120, cwd=folder, env=env)
+
+
+def _test_digit(folder) -> int:
+    """A test digit as a 28 x 28 PNG (white on black, as MNIST's), and its label."""
+    raw = (ROOT / DATA_DIR / "MNIST" / "raw").resolve()
+    pixels = np.frombuffer((raw / "t10k-images-idx3-ubyte").read_bytes()[16 : 16 + 784], np.uint8)
+    Image.fromarray(pixels.reshape(28, 28)).save(folder / "digit.png")
+    return (raw / "t10k-labels-idx1-ubyte").read_bytes()[8]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("format", list(SUFFIX))
+def test_the_readme_lines_classify_a_digit_with_the_exported_file_alone(format, trained_checkpoint, tmp_path) -> None:
+    assert _without_this_project("import mnistlab", tmp_path).returncode != 0
+    code = BLOCKS[SUFFIX[format]]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        export(
+            compose("export", [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}"])
+        )
+    label = _test_digit(tmp_path)
+    saved = load_checkpoint(trained_checkpoint)
+    image = torch.from_numpy(np.asarray(Image.open(tmp_path / "digit.png"), np.float32))
+    mean, std = loading.normalization(saved)
+    with torch.inference_mode():
+        predicted = int(loading.network(saved)(((image / 255 - mean) / std)[None, None]).argmax())
+    assert predicted == label  # a digit the network reads right: the README's lines must too
+
+    used = _without_this_project(code, tmp_path)
+    assert used.returncode == 0, used.stderr[-2000:]
+    assert used.stdout.strip() == torchvision.datasets.MNIST.classes[label]
