@@ -31,12 +31,14 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
     "src/mnistlab/trained/prediction.py",
     "predict.py",
     "conf/predict.yaml",
+    "conf/decode/digits.yaml",
     "conf/data/mnist.yaml",
     "conf/data/fashion_mnist.yaml",
     "conf/data/kmnist.yaml",
     "tests/test_data.py",
     "tests/test_prediction.py",
     "tests/test_export_readme.py",
+    "tests/test_serving_digits.py",
     "tests/test_notebooks.py",
     "tests/test_benchmarks.py",
     "notebooks",
@@ -51,6 +53,7 @@ else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) sta
 BLANK_NAMES = {  # renamed with the example left out: the search config and its study (the README's command
     "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
     "mnist_optuna": "optuna",
+    "  - decode: digits": "  - decode: npy",  # serve.py: digit images are the example's
 }
 BLANK_TEXT = re.compile(r"(?s)<!-- blank: (.*?) -->")  # the README's words for a project without the example
 

@@ -4,9 +4,12 @@ import itertools
 import os
 import socket
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -269,3 +272,30 @@ def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train(compose_config("train", out, [*SHORT, "logger=none"]))
     (best,) = (out / "checkpoints").glob("epoch*.ckpt")
     return best
+
+
+@contextmanager
+def serving(out: Path, *overrides: str, script: str = "serve.py", ready: str = "/health") -> Iterator[str]:
+    """A server entry point (serve.py, demo.py) running on a free local port, as a user starts it; yields
+    its address once ``ready`` answers 200, and ends its process group after."""
+    port = free_port()
+    command = processes.python(script, f"port={port}", f"paths.data_dir={DATA_DIR}", f"hydra.run.dir={out}", *overrides)
+    with open(out.parent / f"{out.name}.log", "w") as log:
+        server = processes.start(command, output=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        if server.poll() is not None:
+            pytest.fail(f"{script} ended ({server.returncode}): {(out.parent / f'{out.name}.log').read_text()[-3000:]}")
+        try:
+            if httpx.get(url + ready, timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:  # not listening yet
+            pass
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"{script} was not ready in 120 s: {(out.parent / f'{out.name}.log').read_text()[-3000:]}")
+    try:
+        yield url
+    finally:
+        processes.end_group(server)
+        server.wait()

@@ -46,7 +46,8 @@ def test_every_group_and_option_is_covered() -> None:
     groups = {str(p.parent.relative_to(CONF)) for p in CONF.rglob("*.yaml") if p.parent != CONF}
     # Hydra's own (tests/test_ddp.py, test_sweeps.py) and the Optuna search's (tests/test_optuna.py)
     optuna = {"hparams_search", "hydra/sweeper", "hydra/sweeper/sampler", "hydra/sweeper/pruner"}
-    assert groups == set(GROUPS) | {"hydra", "hydra/launcher"} | optuna
+    serving = {"decode"}  # serve.py's input (tests/test_serving.py, test_serving_digits.py)
+    assert groups == set(GROUPS) | {"hydra", "hydra/launcher"} | optuna | serving
 
 
 CPU_STRATEGIES = [

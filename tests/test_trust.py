@@ -52,6 +52,8 @@ def test_every_entry_point_refuses_a_malicious_checkpoint_in_one_line(
     runs = {  # predict.py's: test_prediction.py
         "export, config payload": ("export.py", f"ckpt_path={payload_checkpoint}", out),
         "export, pickle": ("export.py", f"ckpt_path={pickle_checkpoint}", out),
+        "serve, config payload": ("serve.py", f"ckpt_path={payload_checkpoint}", out),
+        "serve, pickle": ("serve.py", f"ckpt_path={pickle_checkpoint}", out),
         "eval, pickle": ("eval.py", f"ckpt_path={pickle_checkpoint}", "trainer.accelerator=cpu", out),
         "train, pickle": ("train.py", f"ckpt_path={pickle_checkpoint}", *SHORT, out),
         "train, a URL": ("train.py", "ckpt_path=http://127.0.0.1:9/x.ckpt", *SHORT, out),

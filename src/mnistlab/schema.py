@@ -227,6 +227,25 @@ class ExportConfig(Node):
     hydra: Any = None
 
 
+class ServeConfig(Node):
+    task_name: str
+    ckpt_path: str
+    host: str
+    port: Annotated[int, Field(ge=1024, le=65535)]
+    accelerator: Literal["auto", "cpu", "cuda"]
+    devices: Literal["auto"] | Positive
+    workers_per_device: Positive
+    api_servers: Positive
+    max_batch_size: Positive
+    batch_timeout: Annotated[float, Field(ge=0)]
+    max_images: Positive
+    max_body_bytes: Positive
+    timeout: PositiveFloat | int
+    decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments
+    paths: Paths
+    hydra: Any = None
+
+
 def check(cfg: DictConfig, schema: type[Node]) -> None:
     """Raise InputError naming the first key whose value does not fit ``schema``."""
     if missing := sorted(OmegaConf.missing_keys(cfg)):

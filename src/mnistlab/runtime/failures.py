@@ -102,7 +102,7 @@ class ReadableCheckpoint(Callback):
             problem = ": checkpoints are read from local files only; download it first (README: Trust)"
         elif not Path(path).is_file():
             problem = ": no such file"
-        elif broken := broken_checkpoint(Path(path)):
+        elif Path(path).suffix != ".onnx" and (broken := broken_checkpoint(Path(path))):  # onnxruntime checks those
             problem = f" is not a readable checkpoint (truncated, or not one): {broken}"
         else:
             return

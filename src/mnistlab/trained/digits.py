@@ -6,8 +6,10 @@ prepared here, come back pixel for pixel (all of the first 1,000): the whole ima
 faint anti-aliased edge stays, and the centring offsets round as MNIST's did.
 """
 
+import io
 import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -35,7 +37,20 @@ def find(input: Path) -> list[Path]:
 
 
 def load(path: Path, max_pixels: int) -> np.ndarray:
-    """The image at ``path``, prepared: float32 (28, 28), 0 (background) to 255 (ink).
+    """The image at ``path``, prepared: float32 (28, 28), 0 (background) to 255 (ink)."""
+    return _read(path, str(path), max_pixels)
+
+
+def decode(body: bytes, max_pixels: int) -> np.ndarray:
+    """An image file's bytes (a request's body), prepared as ``load`` prepares a file, as the network
+    takes one input: (1, 28, 28), one channel."""
+    if not body:
+        raise InputError("the input is empty (0 bytes)")
+    return _read(io.BytesIO(body), "the input", max_pixels)[None]
+
+
+def _read(source: Path | BinaryIO, name: str, max_pixels: int) -> np.ndarray:
+    """The image in ``source`` (called ``name`` in errors), prepared.
 
     An image is data from anyone: its size is read from its header and refused above ``max_pixels``
     before anything is decoded (a 150 KB PNG can hold 144 million pixels: 2.8 GB and 10 s), and a
@@ -44,9 +59,9 @@ def load(path: Path, max_pixels: int) -> np.ndarray:
     """
     warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # PIL's own limit: ours is checked below
     try:
-        with Image.open(path) as image:
+        with Image.open(source) as image:
             if (pixels := image.width * image.height) > max_pixels:
-                raise InputError(f"{path} has {pixels:,} pixels, over max_pixels={max_pixels:,} (a config value)")
+                raise InputError(f"{name} has {pixels:,} pixels, over max_pixels={max_pixels:,} (a config value)")
             factor = _reduction(image.size)
             image.draft("L", (image.width // factor, image.height // factor))  # JPEG: decoded at 1/2 to 1/8
             shown: Image.Image = image
@@ -55,8 +70,10 @@ def load(path: Path, max_pixels: int) -> np.ndarray:
             grey = shown.convert("L").reduce(_reduction(shown.size))
     except InputError:
         raise
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError, ValueError) as err:
-        raise InputError(f"{path} is not an image PIL can read (PNG, JPEG): {err}") from None
+    except UnidentifiedImageError:
+        raise InputError(f"{name} is not an image PIL can read (PNG, JPEG)") from None
+    except (OSError, Image.DecompressionBombError, ValueError) as err:  # cut short, corrupt
+        raise InputError(f"{name} is not an image PIL can read (PNG, JPEG): {err}") from None
     return prepare(np.asarray(grey, dtype=np.float32))
 
 

@@ -1,8 +1,8 @@
 """Classify digit images with a trained checkpoint: ``predict(cfg)`` behind ``predict.py``.
 
 Each image is prepared as MNIST's were (``digits.py``), normalised as the network was trained
-(its checkpoint's ``data.mean``/``data.std``), and classified in batches, on the GPU when there is
-one. The result is a CSV (file, predicted class, the probability of each class) and a summary line.
+(its checkpoint's ``data.mean``/``data.std``, or an ONNX file's card), and classified in batches
+(``classifier.py``), on the GPU when there is one. The result is a CSV (file, predicted class, the probability of each class) and a summary line.
 
 Images are data from anyone: one that cannot be read (not an image, cut short, over ``max_pixels``)
 is skipped with a warning and named in the summary, and the others are classified. The output is
@@ -22,29 +22,24 @@ import torch
 from omegaconf import DictConfig
 
 from mnistlab.runtime import atomic
-from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.runtime.checks import InputError
-from mnistlab.trained import digits, loading
+from mnistlab.trained import classifier, digits
 
 log = logging.getLogger(__name__)
 
 
 def predict(cfg: DictConfig) -> list[dict[str, object]]:
     output = _check_output(Path(cfg.output), cfg.overwrite)
-    checkpoint = load_checkpoint(cfg.ckpt_path)
-    files = digits.find(Path(cfg.input))
     device = _device(cfg.device)
-    net = loading.network(checkpoint).to(device)
-    mean, std = loading.normalization(checkpoint)
+    model = classifier.load(cfg.ckpt_path, device.type, cfg.paths.data_dir)
+    files = digits.find(Path(cfg.input))
     rows: list[dict[str, object]] = []
     skipped: list[str] = []
     for start in range(0, len(files), cfg.batch_size):
         batch, images = _read(files[start : start + cfg.batch_size], cfg.max_pixels, skipped)
         if not batch:
             continue
-        with torch.inference_mode():
-            inputs = torch.from_numpy(np.stack(images)).unsqueeze(1).to(device)
-            probabilities = net(inputs.sub_(mean * 255).div_(std * 255)).softmax(dim=1).cpu()
+        probabilities = model.probabilities(np.stack(images)[:, None])  # one channel: (N, 1, 28, 28)
         for path, p in zip(batch, probabilities, strict=True):
             rows.append(
                 {"file": str(path), "predicted": int(p.argmax()), **{f"p{c}": float(p[c]) for c in range(len(p))}}

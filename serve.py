@@ -1,0 +1,25 @@
+"""Serve a trained model over HTTP: ``python serve.py ckpt_path=<checkpoint or model.onnx>`` (conf/serve.yaml)."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mnistlab import schema
+from mnistlab.runtime import failures
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="serve")
+def main(cfg: DictConfig) -> None:
+    with failures.reported():
+        schema.check(cfg, schema.ServeConfig)  # before torch loads
+        from mnistlab.trained.serving import serve
+
+        serve(cfg)
+
+
+if __name__ == "__main__":
+    main()

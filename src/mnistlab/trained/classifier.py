@@ -1,0 +1,81 @@
+"""A trained network ready to classify: raw inputs (as the model card describes them: images as pixels of
+0 to 255) in, the probability of each class out. Made from a checkpoint (the network rebuilt
+as data, ``loading``) or from an exported ``model.onnx`` (its card tells the preprocessing and the
+classes), so that predict.py, the server and the demo classify alike whatever they were given.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checks import InputError
+from mnistlab.trained import loading, model_card
+
+
+@dataclass
+class Classifier:
+    logits: Callable[[np.ndarray], np.ndarray]  # the network's inputs (N, ...) -> logits (N, classes)
+    card: dict[str, Any]  # the preprocessing (scale, mean, std) and the class names
+    device: str = "cpu"
+    classes: list[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.classes = list(self.card.get("classes") or [])
+
+    def probabilities(self, inputs: np.ndarray) -> np.ndarray:
+        """Raw inputs (N, ...), as the network takes them before normalisation -> the probability of each
+        class (N, classes)."""
+        x = inputs.astype(np.float32)
+        if "mean" in self.card:
+            x = (x / self.card["scale"] - self.card["mean"]) / self.card["std"]
+        logits = torch.from_numpy(self.logits(x))
+        return logits.softmax(dim=1).numpy()
+
+    def name(self, label: int) -> str:
+        return self.classes[label] if label < len(self.classes) else str(label)
+
+
+def load(path: str | Path, device: str = "cpu", data_dir: str = "data") -> Classifier:
+    """The classifier in a checkpoint of train.py or an exported ``.onnx``; ``device``: cpu or cuda."""
+    path = Path(path)
+    if path.suffix == ".onnx":
+        return _from_onnx(path, device)
+    checkpoint = load_checkpoint(path)
+    net = loading.network(checkpoint).to(device)
+    datamodule = loading.datamodule(checkpoint, data_dir=data_dir)  # built, never set up: no data is read
+    classes = getattr(datamodule, "classes", None) or _numbered(loading.network_config(checkpoint))
+    card = {**model_card.preprocessing(checkpoint), "classes": classes}
+
+    def logits(x: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return net(torch.from_numpy(x).to(device)).cpu().numpy()
+
+    return Classifier(logits, card, device)
+
+
+def _numbered(net: dict[str, Any]) -> list[str] | None:
+    """Classes without names: "0", "1", ... as many as the network's ``num_classes``, when it says."""
+    count = net.get("num_classes")
+    return [str(label) for label in range(count)] if isinstance(count, int) else None
+
+
+def _from_onnx(path: Path, device: str) -> Classifier:
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise InputError(f"an .onnx model needs onnxruntime: pip install -e '.[export]' ({err})") from None
+    if not path.is_file():
+        raise InputError(f"ckpt_path={path}: no such file")
+    providers = ["CUDAExecutionProvider"] if device == "cuda" else []
+    try:
+        session = onnxruntime.InferenceSession(path, providers=[*providers, "CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own Fail/InvalidProtobuf types
+        raise InputError(f"{path} is not an ONNX model onnxruntime can load: {str(err).splitlines()[0]}") from None
+    card = model_card.from_strings(session.get_modelmeta().custom_metadata_map)
+    name = session.get_inputs()[0].name
+    return Classifier(lambda x: session.run(None, {name: x})[0], card, device)

@@ -1,0 +1,113 @@
+"""serve.py: the trained model behind HTTP (LitServe), asked by a real HTTP client (httpx) on a local port.
+
+Inputs are sent as .npy arrays (``decode=npy``: the server of every project, the example's or not) of
+the test set's inputs before normalisation; the example's own input, images, has a test of its own.
+"""
+
+import base64
+import io
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.trained import loading, model_card
+from mnistlab.trained.exporting import export, sample_inputs
+
+from conftest import DATA_DIR, ROOT, serving
+
+COUNT = 48  # test inputs classified by each server
+
+
+def _raw_inputs(checkpoint: Path) -> tuple[list[bytes], list[int]]:
+    """``COUNT`` test inputs as .npy bodies, before normalisation (what a client sends), and the labels the
+    checkpoint's network gives them."""
+    saved = load_checkpoint(checkpoint)
+    inputs = sample_inputs(saved, DATA_DIR, COUNT)
+    with torch.inference_mode():
+        expected = loading.network(saved)(inputs).argmax(1).tolist()
+    card = model_card.preprocessing(saved)
+    raw = (inputs * card["std"] + card["mean"]) * card["scale"] if "mean" in card else inputs
+    return [_npy(x) for x in raw.numpy()], expected
+
+
+def _npy(array: np.ndarray) -> bytes:
+    file = io.BytesIO()
+    np.save(file, array)
+    return file.getvalue()
+
+
+def _post(url: str, body: bytes, content_type: str = "application/octet-stream") -> httpx.Response:
+    return httpx.post(f"{url}/predict", content=body, headers={"Content-Type": content_type}, timeout=60)
+
+
+def _batch(bodies: list[bytes]) -> bytes:
+    return httpx.Request("POST", "/", json={"images": [base64.b64encode(b).decode() for b in bodies]}).content
+
+
+def _classes(answers: list[httpx.Response]) -> list[int]:
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers if a.status_code != 200][:3]
+    return [a.json()["class"] for a in answers]
+
+
+@pytest.mark.slow
+def test_the_server_classifies_as_the_checkpoint_one_by_one_in_a_batch_and_under_load(trained_checkpoint, tmp_path):
+    bodies, expected = _raw_inputs(trained_checkpoint)
+    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", "decode=npy", "max_batch_size=8") as url:
+        assert _classes([_post(url, b) for b in bodies]) == expected
+        with ThreadPoolExecutor(16) as clients:  # 16 at once: the server batches them (max_batch_size=8)
+            assert _classes(list(clients.map(lambda b: _post(url, b), bodies))) == expected
+        batch = _post(url, _batch(bodies), "application/json").json()["predictions"]
+        assert [p["class"] for p in batch] == expected
+        probabilities = np.array([p["probabilities"] for p in batch])
+        np.testing.assert_allclose(probabilities.sum(1), 1, atol=1e-5)
+        info = httpx.get(f"{url}/info").json()
+        assert info["server"]["devices"] == ["cpu"] and len(info["model"]["classes"]) == probabilities.shape[1]
+        assert [p["name"] for p in batch] == [info["model"]["classes"][c] for c in expected]
+
+
+BAD = [  # body, content type, status, the reason's words
+    (b"", "application/octet-stream", 400, "the body is empty"),
+    (b"not an array", "application/octet-stream", 400, "not a .npy array of numbers"),
+    (b'{"images": [', "application/json", 400, "the body is not valid JSON"),
+    (b'{"pictures": []}', "application/json", 400, 'the JSON must be {"image": <base64>}'),
+    (b'{"images": ["%%%"]}', "application/json", 400, "not valid base64"),
+    (b'{"images": [1, 2]}', "application/json", 400, '"images" must be a list of base64 strings'),
+    (_batch([b"x"] * 9), "application/json", 400, "9 images in one request, over max_images=8"),
+    (_npy(np.zeros((3, 5), np.float32)), "application/octet-stream", 400, "the network cannot take an input of shape"),
+    (_npy(np.array(["a"])), "application/octet-stream", 400, "not a .npy array of numbers"),
+    (b"x" * 300_000, "application/octet-stream", 413, "over max_body_bytes=200,000 bytes"),
+]
+
+
+@pytest.mark.slow
+def test_each_bad_request_gets_its_reason_alone_and_the_server_goes_on(trained_checkpoint, tmp_path) -> None:
+    bodies, expected = _raw_inputs(trained_checkpoint)
+    overrides = ["decode=npy", "max_images=8", "max_body_bytes=200_000", "batch_timeout=0.2"]
+    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", *overrides) as url:
+        for body, content_type, status, reason in BAD:
+            answer = _post(url, body, content_type)
+            assert (answer.status_code, reason in answer.json()["detail"]) == (status, True), answer.text
+            assert "\n" not in answer.json()["detail"] and "Traceback" not in answer.text
+        # Sent together, a bad and a good request are batched (batch_timeout 0.2 s): each gets its own answer.
+        with ThreadPoolExecutor(2) as clients:
+            bad, good = clients.map(lambda b: _post(url, b), [b"not an array", bodies[0]])
+        assert (bad.status_code, good.status_code, good.json()["class"]) == (400, 200, expected[0])
+        assert httpx.get(f"{url}/health").text == "ok"
+        assert _classes([_post(url, b) for b in bodies[:4]]) == expected[:4]
+
+
+@pytest.mark.slow
+def test_an_exported_onnx_model_is_served_with_its_cards_preprocessing(trained_checkpoint, tmp_path) -> None:
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("export", [f"ckpt_path={trained_checkpoint}", "format=onnx", f"paths.output_dir={tmp_path}"])
+    onnx = export(cfg)
+    bodies, expected = _raw_inputs(trained_checkpoint)
+    with serving(tmp_path / "serve", f"ckpt_path={onnx}", "decode=npy") as url:
+        assert _classes([_post(url, b) for b in bodies]) == expected
+        assert httpx.get(f"{url}/info").json()["model"]["classes"] == model_card.read(onnx)["classes"]

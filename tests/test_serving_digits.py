@@ -1,0 +1,49 @@
+"""serve.py with the example's input: digit images (PNG, JPEG, any size, either polarity), prepared as
+predict.py prepares files, asked by a real HTTP client (httpx)."""
+
+import base64
+import io
+
+import httpx
+import numpy as np
+import pytest
+from PIL import Image
+from torchvision.datasets import MNIST
+
+from mnistlab.trained import classifier, digits
+
+from conftest import DATA_DIR, serving
+
+
+def _png(pixels: np.ndarray, scale: int, dark_on_light: bool) -> bytes:
+    image = Image.fromarray(255 - pixels if dark_on_light else pixels).resize((28 * scale,) * 2, Image.Resampling.BOX)
+    file = io.BytesIO()
+    image.save(file, format="PNG")
+    return file.getvalue()
+
+
+@pytest.mark.slow
+def test_digit_images_are_classified_as_predict_classifies_them_and_bad_ones_get_400(trained_checkpoint, tmp_path):
+    test = MNIST(DATA_DIR, train=False)
+    images = [_png(test.data[i].numpy(), 1 + i % 3, i % 2 == 1) for i in range(24)]
+    model = classifier.load(trained_checkpoint, data_dir=DATA_DIR)  # as predict.py loads it
+    prepared = np.stack([digits.decode(image, max_pixels=10**6) for image in images])
+    expected = model.probabilities(prepared).argmax(1).tolist()
+    assert np.mean(np.array(expected) == test.targets[:24].numpy()) > 0.8  # a trained model reads them
+
+    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", "decode.max_pixels=10_000") as url:
+        answers = [
+            httpx.post(f"{url}/predict", content=image, headers={"Content-Type": "image/png"}) for image in images
+        ]
+        assert [a.json()["class"] for a in answers] == expected
+        assert answers[0].json()["name"] == MNIST.classes[expected[0]]
+        batch = {"images": [base64.b64encode(image).decode() for image in images]}
+        assert [p["class"] for p in httpx.post(f"{url}/predict", json=batch).json()["predictions"]] == expected
+
+        large = _png(test.data[0].numpy(), 4, False)  # 112 x 112 = 12,544 pixels
+        for body, reason in [(b"GIF89a...", "the input is not an image PIL can read (PNG, JPEG)"),
+                             (large, "the input has 12,544 pixels, over max_pixels=10,000"),
+                             (images[0][:200], "the input is not an image PIL can read")]:  # fmt: skip
+            refused = httpx.post(f"{url}/predict", content=body, headers={"Content-Type": "image/png"})
+            assert refused.status_code == 400 and reason in refused.json()["detail"], refused.text
+        assert httpx.get(f"{url}/health").text == "ok"
