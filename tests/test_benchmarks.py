@@ -32,3 +32,20 @@ def test_the_gpu_benchmark_says_this_machine_has_no_gpu(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.strip() == "--gpu: this machine has no CUDA GPU; run without --gpu to measure the CPU"
     assert not list(tmp_path.iterdir())
+
+
+def test_the_serving_benchmark_times_the_server_beside_in_process(trained_checkpoint: Path, tmp_path: Path) -> None:
+    command = [
+        sys.executable, "benchmarks/serving.py", "--model", str(trained_checkpoint), "--clients", "1", "4",
+        "--requests", "64", "--repeats", "1", "--out", str(tmp_path),
+    ]  # fmt: skip
+    result = processes.run(command, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (written,) = tmp_path.glob("serving-*.json")
+    rows = json.loads(written.read_text())
+    timed = [f"server, {n} clients, {k}" for n in (1, 4) for k in ("images/s", "p50 ms", "p99 ms")]
+    timed += [f"server, {n} clients of JSON batches of 32, images/s" for n in (1, 4)]
+    assert all(rows[name] > 0 for name in ["in-process images/s", *timed])
+    assert rows["server, 4 clients, p50 ms"] <= rows["server, 4 clients, p99 ms"]
+    ratio = rows["server, 4 clients, images/s"] / rows["in-process images/s"]
+    assert rows["server at 4 clients / in-process (target >= 0.6)"] == round(ratio, 3)
