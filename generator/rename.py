@@ -32,6 +32,11 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
     "predict.py",
     "conf/predict.yaml",
     "conf/decode/digits.yaml",
+    "demo.py",
+    "conf/demo.yaml",
+    "src/mnistlab/trained/demo.py",
+    "tests/test_demo.py",
+    "docs",
     "conf/data/mnist.yaml",
     "conf/data/fashion_mnist.yaml",
     "conf/data/kmnist.yaml",
@@ -54,6 +59,8 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
     "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
     "mnist_optuna": "optuna",
     "  - decode: digits": "  - decode: npy",  # serve.py: digit images are the example's
+    " munge chromium": " munge",  # the browser of the demo's tests (the workflow), which the example alone has
+    " and Chromium (the demo's tests)": "",
 }
 BLANK_TEXT = re.compile(r"(?s)<!-- blank: (.*?) -->")  # the README's words for a project without the example
 

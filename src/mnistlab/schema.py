@@ -246,6 +246,19 @@ class ServeConfig(Node):
     hydra: Any = None
 
 
+class DemoConfig(Node):
+    task_name: str
+    ckpt_path: str
+    host: str
+    port: Annotated[int, Field(ge=1024, le=65535)]
+    top_classes: Positive
+    brush: Positive
+    canvas: Annotated[int, Field(ge=28)]
+    decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments
+    paths: Paths
+    hydra: Any = None
+
+
 def check(cfg: DictConfig, schema: type[Node]) -> None:
     """Raise InputError naming the first key whose value does not fit ``schema``."""
     if missing := sorted(OmegaConf.missing_keys(cfg)):

@@ -1,0 +1,25 @@
+"""Draw a digit and see what the model reads: ``python demo.py ckpt_path=<file>`` (conf/demo.yaml)."""
+
+import os
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mnistlab import schema
+from mnistlab.runtime import failures
+
+os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="demo")
+def main(cfg: DictConfig) -> None:
+    with failures.reported():
+        schema.check(cfg, schema.DemoConfig)  # before torch and Gradio load
+        from mnistlab.trained.demo import launch
+
+        launch(cfg)
+
+
+if __name__ == "__main__":
+    main()
