@@ -71,6 +71,10 @@ class MNISTDataModule(InMemoryDataModule):
             "paper is inverted first), scaled into a 20 x 20 box and centred by its centre of mass (MNIST's preparation)"
         )
 
+    def data_files(self) -> list[Path]:
+        """The files this data module reads (their checksums go into each run's record: runtime/run_record.py)."""
+        return [self.raw_dir / name for name in FILES]
+
     def prepare_data(self) -> None:
         """Runs on one process per node, or one in all (prepare_data_per_node): download, then check."""
         missing = [name for name in FILES if not (self.raw_dir / name).is_file()]

@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime import atomic, batch_hooks, config_tree, console, launch, resume, signals
+from mnistlab.runtime import atomic, batch_hooks, config_tree, console, launch, resume, run_record, signals
 from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, load_checkpoint
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.runtime.stopping import SafeStop
@@ -41,6 +41,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):  # type: ignore[attr-defined]
         signals.release()  # nothing would act on a stop signal the entry point notes
     start_from = cfg.get("ckpt_path") or _last_checkpoint(trainer, cfg)
+    if start_from:
+        run_record.warn_if_different(load_checkpoint(start_from), start_from, run_record.data_files(datamodule))
     if cfg.get("resume") and trainer.is_global_zero and HydraConfig.initialized():
         log.info("Recorded this resume in %s", resume.record(cfg, HydraConfig.get().overrides.task))
     try:
@@ -84,6 +86,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     checkpoint = load_checkpoint(cfg.ckpt_path)
     config_tree.show(cfg)
     datamodule, model, trainer = _build(cfg)
+    run_record.warn_if_different(checkpoint, cfg.ckpt_path, run_record.data_files(datamodule))
     try:
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as err:

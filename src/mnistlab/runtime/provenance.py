@@ -33,6 +33,15 @@ def commit() -> str:
     return head + ("+dirty" if changed else "")
 
 
+@cache
+def diff() -> str:
+    """The tracked files' changes against the commit (``git diff HEAD``); empty when clean or outside git."""
+    try:
+        return _git("diff", "HEAD", "--no-color", "--no-ext-diff")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def _git(*args: str) -> str:
     return subprocess.run(
         ["git", *args], cwd=_project(), capture_output=True, text=True, check=True, timeout=10

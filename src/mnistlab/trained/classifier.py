@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mnistlab.runtime import run_record
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import loading, model_card
@@ -46,6 +47,7 @@ def load(path: str | Path, device: str = "cpu", data_dir: str = "data") -> Class
     if path.suffix == ".onnx":
         return _from_onnx(path, device)
     checkpoint = load_checkpoint(path)
+    run_record.warn_if_different(checkpoint, str(path))  # the code; the data is not read here
     net = loading.network(checkpoint).to(device)
     datamodule = loading.datamodule(checkpoint, data_dir=data_dir)  # built, never set up: no data is read
     classes = getattr(datamodule, "classes", None) or _numbered(loading.network_config(checkpoint))
