@@ -38,6 +38,24 @@ def test_official_split_sizes_and_no_overlap(datamodule: MNISTDataModule) -> Non
     assert torch.equal(train, again[0]) and torch.equal(val, again[1])
 
 
+def test_k_folds_are_disjoint_cover_the_training_set_and_leave_the_test_set_alone() -> None:
+    folds = [MNISTDataModule(DATA_DIR, folds=5, fold=i).split_indices() for i in range(5)]
+    validation = torch.cat([val for _, val in folds])
+    assert sorted(validation.tolist()) == list(range(60_000))  # each training image validates exactly once
+    for train_part, val in folds:
+        assert len(val) == 12_000 and len(train_part) == 48_000
+        assert not set(train_part.tolist()) & set(val.tolist())
+    datamodule = MNISTDataModule(DATA_DIR, folds=5, fold=3)
+    datamodule.setup("fit")
+    datamodule.setup("test")
+    assert datamodule.loaders["val"].sampler.num_samples == 12_000
+    assert datamodule.loaders["train"].sampler.num_samples == 48_000
+    assert datamodule.loaders["test"].sampler.num_samples == 10_000  # the official test set, untouched
+    for bad in ({"folds": 5, "fold": 5}, {"folds": 0, "fold": 0}, {"folds": 3, "fold": -1}):
+        with pytest.raises(InputError, match="data.fold="):
+            MNISTDataModule(DATA_DIR, **bad)
+
+
 def test_batches_are_normalised_float_images_with_int_labels(datamodule: MNISTDataModule) -> None:
     x, y = next(iter(datamodule.train_dataloader()))
     assert x.dtype == torch.float32 and x.shape == (64, 1, 28, 28)

@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import queue
 import re
+import statistics
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,25 @@ def test_a_broken_result_file_reads_as_no_result_and_the_table_still_comes(tmp_p
         ["", "no result"],
     ]
     assert f"Best: job 0, val/acc_best=0.9: {tmp_path / '0'}" in capsys.readouterr().out
+
+
+def test_folds_and_seeds_are_grouped_into_mean_sd_and_n_best_first(tmp_path) -> None:
+    sweep_args = ["data.folds=3", "data.fold=0,1,2", "model.optimizer.lr=1e-3,3e-3", "test=false"]
+    result = run_script("train.py", "-m", *sweep_args, *SHORT, "logger=none", f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    with (sweep / "groups.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    own: dict[str, list[float]] = {}  # each job's own metric, by learning rate
+    for job in _summary(sweep):
+        metric = json.loads((sweep / job["job"] / "metrics.json").read_text())["val/acc_best"]
+        own.setdefault(job["model.optimizer.lr"], []).append(metric)
+    assert [row["model.optimizer.lr"] for row in rows] == sorted(own, key=lambda lr: -statistics.fmean(own[lr]))
+    for row in rows:
+        values = own[row["model.optimizer.lr"]]
+        assert (int(row["n"]), int(row["jobs"])) == (3, 3)
+        assert float(row["val/acc_best mean"]) == pytest.approx(statistics.fmean(values), rel=1e-5)
+        assert float(row["val/acc_best sd"]) == pytest.approx(statistics.stdev(values), rel=1e-4)
+    assert "Over seed, data.fold: 2 groups, best first" in result.stdout
+    validated = {json.loads((sweep / str(job) / "metrics.json").read_text())["val/acc_best"] for job in range(3)}
+    assert len(validated) == 3  # three folds: three different validation sets

@@ -37,6 +37,8 @@ class MNISTDataModule(InMemoryDataModule):
         dataset: str = "MNIST",
         batch_size: int = 64,
         val_size: int = 5_000,
+        folds: int = 1,
+        fold: int = 0,
         split_seed: int = 12345,
         shuffle_seed: int = 0,
         mean: float = 0.1307,
@@ -50,6 +52,9 @@ class MNISTDataModule(InMemoryDataModule):
         self.prepare_data_per_node = prepare_data_per_node  # Lightning's switch: see conf/data/mnist.yaml
         if not 0 < val_size < 60_000:
             raise InputError(f"data.val_size={val_size} must be between 1 and 59,999 (of 60,000 training images)")
+        if folds < 1 or not 0 <= fold < folds:
+            raise InputError(f"data.fold={fold} must be one of 0..{folds - 1} (data.folds={folds}, at least 1)")
+        self.folds, self.fold = folds, fold
         self.dataset = dataset  # torchvision.datasets' class: MNIST, FashionMNIST, KMNIST
         self.raw_dir = Path(data_dir) / dataset / "raw"
         self.batch_size, self.val_size, self.split_seed = batch_size, val_size, split_seed
@@ -98,7 +103,7 @@ class MNISTDataModule(InMemoryDataModule):
         """Runs on every rank: decode the needed splits into memory and shard them for this rank."""
         if stage in ("fit", "validate") and "val" not in self.loaders:
             images, labels = self.read(train=True)
-            if self.val_size >= len(labels):
+            if self.folds == 1 and self.val_size >= len(labels):
                 raise InputError(f"data.val_size={self.val_size} leaves no training images of {len(labels):,}")
             train, val = self.split_indices(len(labels))
             self.loaders["train"] = self._loader(images[train], labels[train], shuffle=True)
@@ -107,10 +112,15 @@ class MNISTDataModule(InMemoryDataModule):
             self.loaders["test"] = self._loader(*self.read(train=False), shuffle=False)
 
     def split_indices(self, count: int = 60_000) -> tuple[Tensor, Tensor]:
-        """Indices of the ``count`` training images used for training and for validation."""
+        """Indices of the ``count`` training images used for training and for validation: the last
+        ``val_size`` of a seeded permutation validate; with ``folds`` K > 1, its K near-equal parts are the
+        folds, part ``fold`` validates and the others train (K-fold cross-validation, disjoint folds)."""
         generator = torch.Generator().manual_seed(self.split_seed)
         split = torch.randperm(count, generator=generator)
-        return split[: -self.val_size], split[-self.val_size :]
+        if self.folds == 1:
+            return split[: -self.val_size], split[-self.val_size :]
+        parts = split.tensor_split(self.folds)
+        return torch.cat([p for i, p in enumerate(parts) if i != self.fold]), parts[self.fold]
 
     def on_device(self, inputs: Tensor) -> Tensor:
         # Normalised once, as float32 (4 bytes a pixel: 172 MB for the 55,000 training images) rather than per

@@ -84,6 +84,8 @@ class Data(Target):
     dataset: str  # torchvision.datasets' class of a data set in MNIST's format
     batch_size: Positive  # global
     val_size: Annotated[int, Field(ge=1, le=59_999)]  # of the 60,000 training images
+    folds: Positive = 1  # K-fold cross-validation with K > 1
+    fold: Annotated[int, Field(ge=0)] = 0  # the validating fold, below folds
     split_seed: int
     shuffle_seed: int
     mean: float

@@ -1,6 +1,6 @@
 """At the end of a sweep: a table of its jobs (what each varied, its metric, how it ended), the best
-job's folder, the same table as ``summary.csv`` in the sweep folder; then one line per failed job and
-a non-zero exit when any failed.
+job's folder, the same table as ``summary.csv`` in the sweep folder (and, where seeds or folds varied,
+their groups: ``groups.py``); then one line per failed job and a non-zero exit when any failed.
 
 Read back from the job folders (``.hydra/overrides.yaml``, the ``metrics.json`` rank 0 writes,
 ``failure.txt``, an Optuna trial's ``pruned.txt``): the one place every launcher (basic, joblib workers, SLURM jobs) shares with the
@@ -25,6 +25,7 @@ from rich.table import Table
 from mnistlab.runtime import atomic
 from mnistlab.runtime.failures import FAILURE_FILE
 from mnistlab.runtime.launch import METRICS_FILE
+from mnistlab.sweeps import groups
 
 SUMMARY_FILE = "summary.csv"
 PRUNED_FILE = "pruned.txt"  # in the folder of a job an Optuna pruner stopped (sweeps/pruning.py writes it)
@@ -55,6 +56,9 @@ class SweepSummary(Callback):
         varied = [key for key in keys if len({job.params.get(key) for job in jobs}) > 1]
         _write_csv(sweep / SUMMARY_FILE, jobs, varied, config.optimized_metric)
         _print_table(jobs, varied, config.optimized_metric)
+        if grouped := groups.of(jobs, varied, maximize=config.optimized_direction == "maximize"):
+            groups.show(*grouped, config.optimized_metric)
+            groups.write_csv(sweep / groups.GROUPS_FILE, *grouped, config.optimized_metric)
         finished = [(job, job.metric) for job in jobs if job.metric is not None]
         if finished:
             pick = max if config.optimized_direction == "maximize" else min
