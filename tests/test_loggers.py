@@ -1,16 +1,20 @@
 """logger=mlflow and logger=wandb, run for real: each store read back after a short run."""
 
 import json
+import sys
 import time
 from pathlib import Path
 
+import httpx
 import mlflow  # the loggers extra (in dev): a missing one fails here, it does not skip
 import pytest
 import wandb
+import yaml
 
 from mnistlab.tasks import train
 
-from conftest import SHORT, compose_config
+import processes
+from conftest import SHORT, compose_config, free_port, run_script
 
 pytestmark = pytest.mark.slow  # trains, and writes to each logger's store
 
@@ -23,8 +27,44 @@ def test_mlflow_keeps_the_runs_metrics_and_settings_in_a_local_sqlite_store(tmp_
     assert run.data.metrics["test/acc"] == pytest.approx(metrics["test/acc"])
     assert run.data.metrics["val/acc_best"] == pytest.approx(metrics["val/acc_best"])
     assert float(run.data.params["model/optimizer/lr"]) == 1e-3
+    # The compared few (conf/train.yaml's hparams; a test's composed config has no command line), not all:
+    assert set(run.data.params) == {
+        "model/optimizer/lr",
+        "data/batch_size",
+        "model/net/hidden",
+        "trainer/max_epochs",
+        "seed",
+    }
+    (artifact,) = client.list_artifacts(run.info.run_id)
+    assert artifact.path == "config.yaml"  # the whole config
     assert run.data.tags["run_dir"] == str(tmp_path)
     assert len(client.get_metric_history(run.info.run_id, "val/acc")) == 1  # one epoch
+
+
+def test_the_readmes_mlflow_ui_serves_the_store(tmp_path: Path) -> None:
+    metrics = train(compose_config("train", tmp_path, [*SHORT, "logger=mlflow"]))
+    port = free_port()
+    mlflow_command = str(Path(sys.executable).parent / "mlflow")  # the loggers extra's, as the README runs it
+    ui = processes.start(
+        [mlflow_command, "ui", "--backend-store-uri", f"sqlite:///{tmp_path}/mlflow.db", "--port", port]
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:  # not listening yet
+            pass
+        assert ui.poll() is None, processes.finish(ui)
+        time.sleep(0.5)
+    assert "MLflow" in httpx.get(url, timeout=10).text  # the web page, not only its API
+    experiment = httpx.get(f"{url}/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": "train"}).json()
+    found = httpx.post(
+        f"{url}/api/2.0/mlflow/runs/search", json={"experiment_ids": [experiment["experiment"]["experiment_id"]]}
+    ).json()
+    (run,) = found["runs"]
+    shown = {m["key"]: m["value"] for m in run["data"]["metrics"]}
+    assert shown["test/acc"] == pytest.approx(metrics["test/acc"])
 
 
 def test_wandb_writes_an_offline_run_that_can_be_synced_later(tmp_path: Path, monkeypatch) -> None:
@@ -43,3 +83,21 @@ def test_wandb_writes_an_offline_run_that_can_be_synced_later(tmp_path: Path, mo
     for key in ("test/acc", "val/acc_best"):
         assert key.encode() + b"\x82\x01" in data and json.dumps(metrics[key]).encode() in data  # key, its value
     assert b"optimizer" in data and b"batch_size" in data  # the run's settings
+
+
+def _flat(tree: dict, prefix: str = "") -> set[str]:
+    return {
+        k for key, v in tree.items() for k in (_flat(v, f"{prefix}{key}.") if isinstance(v, dict) else [prefix + key])
+    }
+
+
+def test_tensorboard_hparams_are_the_compared_few_and_the_keys_given(tmp_path: Path) -> None:
+    given = [*SHORT, "model.optimizer.lr=3e-3", "strategy=auto", "logger=tensorboard"]
+    result = run_script("train.py", *given, f"paths.log_dir={tmp_path}", "test=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (hparams,) = tmp_path.rglob("hparams.yaml")  # what Lightning's TensorBoardLogger gave HPARAMS
+    logged = yaml.safe_load(hparams.read_text())
+    listed = {"model.optimizer.lr", "data.batch_size", "model.net.hidden", "trainer.max_epochs", "seed"}
+    typed = {arg.split("=")[0] for arg in [*given, "test=false"]} - {"strategy", "logger"}
+    assert _flat(logged) == listed | typed | {"strategy", "logger", "paths.log_dir", "trainer.accelerator"}
+    assert logged["strategy"] == "auto" and logged["model"]["optimizer"]["lr"] == 3e-3

@@ -36,7 +36,8 @@ class Classifier(L.LightningModule):
         super().__init__()
         # Only plain values go into the checkpoint's hyper-parameters, so it loads with
         # weights_only=True; the network's and optimizer's settings travel in ``config``.
-        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"])
+        # logger=False: the loggers record the hyperparameters runs are compared by (conf/train.yaml's hparams)
+        self.save_hyperparameters(ignore=["net", "optimizer", "scheduler"], logger=False)
         self.net = net
         self.make_optimizer, self.make_scheduler = optimizer, scheduler
         self.config: dict[str, Any] | None = None  # the run's resolved config, stored in checkpoints

@@ -173,6 +173,7 @@ class Run(Node):
     task_name: str
     seed: int
     print_config: bool = True
+    hparams: list[str] = []  # config keys the loggers record as hyperparameters
     float32_matmul_precision: Literal["highest", "high", "medium"]
     data: Data
     model: Model

@@ -15,7 +15,17 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime import atomic, batch_hooks, config_tree, console, launch, resume, run_record, signals
+from mnistlab.runtime import (
+    atomic,
+    batch_hooks,
+    config_tree,
+    console,
+    hyperparameters,
+    launch,
+    resume,
+    run_record,
+    signals,
+)
 from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, load_checkpoint
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.runtime.stopping import SafeStop
@@ -136,7 +146,8 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
         raise InputError(f"invalid trainer settings: {err.__cause__ or err}") from err
     batch_hooks.skip_empty(trainer.callbacks)  # Lightning's defaults among them
     for logger in trainer.loggers:
-        logger.log_hyperparams(model.config)
+        logger.log_hyperparams(hyperparameters.compared(cfg))
+        hyperparameters.save_config(logger, model.config)
     if isinstance(trainer.accelerator, CPUAccelerator):
         _skip_nvml_probe()
     return datamodule, model, trainer
