@@ -35,8 +35,11 @@ def test_mlflow_keeps_the_runs_metrics_and_settings_in_a_local_sqlite_store(tmp_
         "trainer/max_epochs",
         "seed",
     }
-    (artifact,) = client.list_artifacts(run.info.run_id)
-    assert artifact.path == "config.yaml"  # the whole config
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert artifacts == {"config.yaml", "test"}  # the whole config, and the test's pictures:
+    pictures = {a.path: a.file_size for a in client.list_artifacts(run.info.run_id, "test")}
+    assert set(pictures) == {"test/confusion_matrix.png", "test/misclassified.png"} and all(pictures.values())
+    assert len(client.get_metric_history(run.info.run_id, "val/acc_best")) == 1  # no extra point at the test
     assert run.data.tags["run_dir"] == str(tmp_path)
     assert len(client.get_metric_history(run.info.run_id, "val/acc")) == 1  # one epoch
 
@@ -83,6 +86,8 @@ def test_wandb_writes_an_offline_run_that_can_be_synced_later(tmp_path: Path, mo
     for key in ("test/acc", "val/acc_best"):
         assert key.encode() + b"\x82\x01" in data and json.dumps(metrics[key]).encode() in data  # key, its value
     assert b"optimizer" in data and b"batch_size" in data  # the run's settings
+    pictures = {p.name.rsplit("_", 2)[0] for p in (run / "files" / "media" / "images" / "test").glob("*.png")}
+    assert pictures == {"confusion_matrix", "misclassified"}  # the test's pictures, W&B's way
 
 
 def _flat(tree: dict, prefix: str = "") -> set[str]:

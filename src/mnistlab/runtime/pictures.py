@@ -1,20 +1,25 @@
-"""What a test leaves to look at rather than read: in TensorBoard, the confusion matrix, a grid of
-misclassified test digits labelled with prediction and truth, and the run's hyperparameters with its
-final metrics in the HPARAMS view (the runs of a sweep side by side); optionally the confusion matrix
-as a PNG file (``eval.py`` writes one in its folder).
+"""What a test leaves to look at rather than read: the confusion matrix and a grid of misclassified test
+digits labelled with prediction and truth, in every configured logger (TensorBoard's IMAGES, MLflow's
+artifacts, W&B's media); in TensorBoard, the run's logged hyperparameters beside its final metrics in
+the HPARAMS view (the runs of a sweep side by side); optionally the confusion matrix as a PNG file
+(``eval.py`` writes one in its folder).
 
 The confusion matrix is a torchmetrics metric: each rank counts its share, ``compute`` adds them up.
 The misclassified digits are global rank 0's first ones: a sample to look at, not a statistic.
 """
 
+import io
+from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
+from PIL import Image
+from torch.utils.tensorboard.summary import hparams
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from mnistlab.runtime.batches import PAD_LABEL
@@ -57,22 +62,55 @@ class TestPictures(L.Callback):
         self._matrix.plot(val=counts, ax=matrix.subplots(), labels=[str(c) for c in range(self.num_classes)])
         grid = _grid(self._wrong[: self.misclassified])
         for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger):
-                logger.experiment.add_figure("test/confusion_matrix", matrix, trainer.global_step, close=False)
-                logger.experiment.add_figure("test/misclassified", grid, trainer.global_step, close=False)
+            for name, figure in (("test/confusion_matrix", matrix), ("test/misclassified", grid)):
+                _send(logger, name, figure, trainer.global_step)
         if self.png_dir is not None:
             matrix.savefig(self.png_dir / "confusion_matrix.png", dpi=100, bbox_inches="tight")
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fit_metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
 
+    @rank_zero_only
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The run's settings beside its final metrics (fit's, which testing clears, and the test's), for
-        TensorBoard's HPARAMS view."""
-        metrics = self._fit_metrics | {name: float(value) for name, value in trainer.callback_metrics.items()}
+        """The run's logged hyperparameters beside the names of its final metrics (fit's, which testing
+        clears, and the test's), for TensorBoard's HPARAMS view. Only the names: HPARAMS shows each
+        metric's last logged value, and logging the values again here (as ``log_hyperparams`` with
+        ``metrics`` does) would add a point at the test's step to every validation curve."""
+        names = {*self._fit_metrics, *trainer.callback_metrics}
         for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger) and (config := getattr(pl_module, "config", None)):
-                logger.log_hyperparams(config, metrics=metrics, step=trainer.global_step)
+            if isinstance(logger, TensorBoardLogger) and logger.hparams:
+                params = vars(logger.hparams) if isinstance(logger.hparams, Namespace) else logger.hparams
+                experiment, start, end = hparams(_flat(params), dict.fromkeys(sorted(names), 0.0))
+                writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
+                for summary in (experiment, start, end):
+                    writer.add_summary(summary)
+
+
+def _send(logger: Logger, name: str, figure: Figure, step: int) -> None:
+    """A figure into a logger, as that logger keeps pictures."""
+    if isinstance(logger, TensorBoardLogger):
+        logger.experiment.add_figure(name, figure, step, close=False)
+    elif isinstance(logger, MLFlowLogger) and logger.run_id:
+        logger.experiment.log_figure(logger.run_id, figure, f"{name}.png")
+    elif isinstance(logger, WandbLogger):
+        logger.log_image(key=name, images=[_png(figure)], step=step)
+
+
+def _png(figure: Figure) -> Image.Image:
+    file = io.BytesIO()
+    figure.savefig(file, format="png", dpi=100, bbox_inches="tight")
+    return Image.open(io.BytesIO(file.getvalue()))
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested hyperparameters as TensorBoard's HPARAMS takes them: ``model/optimizer/lr``, plain values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}/")
+        else:
+            flat[f"{prefix}{key}"] = value if isinstance(value, int | float | str | bool) else str(value)
+    return flat
 
 
 def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> Figure:
