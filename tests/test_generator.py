@@ -130,8 +130,14 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
         "src/blank_lab/trained/digits.py",
         "tests/test_data.py",
     )
-    for gone in (*gone_with_the_example, "benchmarks", "notebooks", "tests/test_notebooks.py"):
+    for gone in (*gone_with_the_example, "benchmarks", "notebooks", "tests/test_notebooks.py", "demo.py", "docs"):
         assert not (project / gone).exists(), gone
+    assert (project / "serve.py").is_file() and "decode: npy" in (project / "conf" / "serve.yaml").read_text()
+    for text in (
+        (project / "pyproject.toml").read_text(),
+        (project / ".github" / "workflows" / "tests.yml").read_text(),
+    ):
+        assert not {"gradio", "playwright", "chromium", "demo"} & set(re.findall(r"[a-z]+", text.lower()))
     assert (
         "_target_: blank_lab.data.PlaceholderDataModule" in (project / "conf" / "data" / "placeholder.yaml").read_text()
     )
