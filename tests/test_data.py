@@ -38,6 +38,12 @@ def test_official_split_sizes_and_no_overlap(datamodule: MNISTDataModule) -> Non
     assert torch.equal(train, again[0]) and torch.equal(val, again[1])
 
 
+def test_the_run_record_names_the_four_files_read(datamodule: MNISTDataModule) -> None:
+    files = datamodule.data_files()  # their checksums go into run_info.json (tests/test_run_record.py)
+    assert sorted(p.name for p in files) == sorted(FILES) and all(p.parent == datamodule.raw_dir for p in files)
+    assert all(p.is_file() for p in files) and len(files) == 4
+
+
 def test_k_folds_are_disjoint_cover_the_training_set_and_leave_the_test_set_alone() -> None:
     folds = [MNISTDataModule(DATA_DIR, folds=5, fold=i).split_indices() for i in range(5)]
     validation = torch.cat([val for _, val in folds])
