@@ -189,12 +189,13 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
         "baseline fused Adam": lambda e: [py, __file__, "--baseline", str(e), "--device", device, "--fused"],
         "bare Lightning": lambda e: [py, __file__, "--bare-lightning", str(e), "--device", device],
         "train.py": lambda e: [*train, f"trainer.max_epochs={e}"],
-        "train.py ddp x2": lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"],
         # The same run fed as most templates feed it: torchvision's dataset, transforms, a DataLoader.
         "train.py usual DataLoader": lambda e: [*train, f"trainer.max_epochs={e}", USUAL],
         "import only": [py, "-c", IMPORTS],
         "train.py fast_dev_run": [py, "train.py", accelerator, "debug=fdr", f"paths.log_dir={out}"],
     }
+    if not gpu or two_gpus():  # two ranks: two processes on a CPU, two GPUs on a GPU machine
+        rows["train.py ddp x2"] = lambda e: [*train, f"trainer.max_epochs={e}", "strategy=ddp", "trainer.devices=2"]
     if switches:  # the config switches, each measured against the default to choose it
         rows["train.py model.compile=true"] = lambda e: [*train, f"trainer.max_epochs={e}", "model.compile=true"]
         rows["train.py bf16-mixed"] = lambda e: [*train, f"trainer.max_epochs={e}", "trainer.precision=bf16-mixed"]
@@ -205,16 +206,23 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
     return rows
 
 
+def two_gpus() -> bool:
+    import torch
+
+    return torch.cuda.device_count() >= 2
+
+
 def measure(repeats: int, gpu: bool, switches: bool) -> dict[str, float]:
     """Median seconds for each row, the runs of one repeat interleaved with those of the others."""
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(repeats):
             for name, command in commands(Path(out), gpu, switches).items():
-                if callable(command):
-                    samples.setdefault(f"{name} epoch", []).append(epoch_seconds(command(EPOCHS), Path(out)))
-                else:
-                    samples.setdefault(name, []).append(wall(command))
+                row = f"{name} epoch" if callable(command) else name
+                seconds = epoch_seconds(command(EPOCHS), Path(out)) if callable(command) else wall(command)
+                samples.setdefault(row, []).append(seconds)
+                # As it is measured: a run cut short (a lease, a time limit) still leaves its rows.
+                print(f"{row}: {seconds:.3f} s", file=sys.stderr, flush=True)
     return {name: statistics.median(values) for name, values in samples.items()} | refusals(repeats)
 
 
@@ -282,7 +290,8 @@ def report(times: dict[str, float], accuracies: list[float]) -> dict[str, object
     rows["start-up ratio fast_dev_run / import only (target <= 1.3)"] = round(
         times["train.py fast_dev_run"] / times["import only"], 3
     )
-    rows["epoch ratio ddp x2 / one process"] = round(times["train.py ddp x2 epoch"] / epoch, 3)
+    if "train.py ddp x2 epoch" in times:  # not on a machine of one GPU
+        rows["epoch ratio ddp x2 / one process"] = round(times["train.py ddp x2 epoch"] / epoch, 3)
     rows["epoch ratio usual DataLoader / in-memory (what the in-memory path saves)"] = round(
         times["train.py usual DataLoader epoch"] / epoch, 3
     )

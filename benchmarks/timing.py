@@ -3,6 +3,7 @@ from inside (``epoch_seconds``, with ``epoch_timer.py``), and their table printe
 (``publish``). ``speed.py``, ``step_costs.py`` and ``pruning.py`` import it; none imports another's helpers."""
 
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -34,7 +35,8 @@ def epoch_seconds(command: list[str], out: Path) -> float:
             "+callbacks.epoch_timer._target_=epoch_timer.EpochTimer",
             f"+callbacks.epoch_timer.path={times}",
         ]
-    env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={ROOT / 'benchmarks'}:{ROOT / 'src'}"]
+    path = os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
+    env = ["env", f"{EPOCH_TIMES}={times}", f"PYTHONPATH={path}"]  # the caller's own paths kept, after these
     wall([*env, *command])
     return statistics.median(json.loads(times.read_text())[1:])
 

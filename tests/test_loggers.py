@@ -1,6 +1,8 @@
 """logger=mlflow and logger=wandb, run for real: each store read back after a short run."""
 
 import json
+import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -106,3 +108,63 @@ def test_tensorboard_hparams_are_the_compared_few_and_the_keys_given(tmp_path: P
     typed = {arg.split("=")[0] for arg in [*given, "test=false"]} - {"strategy", "logger"}
     assert _flat(logged) == listed | typed | {"strategy", "logger", "paths.log_dir", "trainer.accelerator"}
     assert logged["strategy"] == "auto" and logged["model"]["optimizer"]["lr"] == 3e-3
+
+
+def _run_then_resume(tmp_path: Path, logger: str) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
+    """A one-epoch run, then ``resume=`` it for a second epoch (max_epochs changed: a changed parameter)."""
+    run = tmp_path / "run"
+    common = ["test=false", f"paths.log_dir={tmp_path}"]
+    first = run_script("train.py", *SHORT, f"logger={logger}", *common, f"hydra.run.dir={run}")
+    second = run_script("train.py", f"resume={run}", "trainer.max_epochs=2", *common)
+    for result in (first, second):
+        assert result.returncode == 0, result.stderr[-3000:]
+    return run, [first, second]
+
+
+def test_a_resumed_run_logs_into_the_same_mlflow_run_its_steps_continuous(tmp_path: Path) -> None:
+    run, (_, resumed) = _run_then_resume(tmp_path, "mlflow")
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (found,) = client.search_runs([client.get_experiment_by_name("train").experiment_id])  # one run, not two
+    assert json.loads((run / "trackers.json").read_text()) == {"mlflow": found.info.run_id}
+    curve = client.get_metric_history(found.info.run_id, "val/acc")
+    assert [point.step for point in curve] == [19, 39]  # 20 steps an epoch: the second epoch's, after the first's
+    assert found.data.params["trainer/max_epochs"] == "1"  # MLflow keeps the first value, and the log says so:
+    assert "changed since: trainer/max_epochs=2" in (run / "train.log").read_text()
+    assert "changed since" in resumed.stdout
+
+
+def _history(records: Path) -> list[dict[str, str]]:
+    """The history rows of a W&B run file (wandb 0.31 reads it only in its Go core): its blocks of
+    LevelDB-log records after a 7-byte header, each a protobuf ``Record``."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, position, pending, rows = records.read_bytes(), 7, b"", []
+    while position + 7 <= len(data):
+        if (left := 32768 - position % 32768) < 7:  # a block's tail too short for a header: padding
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        pending += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = wandb_internal_pb2.Record.FromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "history":
+                rows.append({item.key or "/".join(item.nested_key): item.value_json for item in record.history.item})
+    return rows
+
+
+def test_a_resumed_run_logs_into_the_same_wandb_run_its_steps_continuous(tmp_path: Path) -> None:
+    run, results = _run_then_resume(tmp_path, "wandb")
+    wandb_id = json.loads((run / "trackers.json").read_text())["wandb"]
+    parts = sorted((run / "wandb").glob("offline-run-*"))  # one per process: `wandb sync --append` joins them
+    assert [part.name.rsplit("-", 1)[1] for part in parts] == [wandb_id, wandb_id]
+    steps = []
+    for part in parts:
+        (records,) = part.glob("run-*.wandb")
+        deadline = time.monotonic() + 60  # wandb's core process writes on its own schedule
+        while not any("val/acc" in row for row in _history(records)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        steps.append([int(row["trainer/global_step"]) for row in _history(records) if "val/acc" in row])
+    assert steps == [[19], [39]]
+    assert not any("anonymous" in result.stderr + result.stdout for result in results)

@@ -1,62 +1,37 @@
 """At the end of a sweep: a table of its jobs (what each varied, its metric, how it ended), the best
 job's folder, the same table as ``summary.csv`` in the sweep folder (and, where seeds or folds varied,
-their groups: ``groups.py``); then one line per failed job and a non-zero exit when any failed.
-
-Read back from the job folders (``.hydra/overrides.yaml``, the ``metrics.json`` rank 0 writes,
-``failure.txt``, an Optuna trial's ``pruned.txt``): the one place every launcher (basic, joblib workers, SLURM jobs) shares with the
-sweep's process. Hydra hands a sweep's results to its callbacks for none of them.
+their groups: ``groups.py``), a figure comparing the jobs beside it (``comparison.py``); then one line
+per failed job and a non-zero exit when any failed. The jobs are read back from their folders (``jobs.py``).
 """
 
 import csv
 import io
-import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
 from mnistlab.runtime import atomic
-from mnistlab.runtime.failures import FAILURE_FILE
-from mnistlab.runtime.launch import METRICS_FILE
-from mnistlab.sweeps import groups
+from mnistlab.sweeps import comparison, groups
+from mnistlab.sweeps.jobs import Job, read_jobs, varied
 
 SUMMARY_FILE = "summary.csv"
-PRUNED_FILE = "pruned.txt"  # in the folder of a job an Optuna pruner stopped (sweeps/pruning.py writes it)
-
-
-@dataclass
-class Job:
-    folder: Path
-    params: dict[str, str]  # key=value overrides of this job
-    metric: float | None  # its optimized_metric; None when it has none
-    failure: str | None  # the first line of failure.txt
-    pruned: bool = False  # stopped early by an Optuna pruner (pruned.txt): no failure
-
-    @property
-    def status(self) -> str:
-        if self.failure:
-            return "failed"
-        return "pruned" if self.pruned else "ok" if self.metric is not None else "no result"
 
 
 class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        jobs = sorted(_read_jobs(sweep, config.optimized_metric), key=lambda job: _number(job.folder.name))
+        jobs = read_jobs(sweep, config.optimized_metric)
         if not jobs:
             return
-        keys = dict.fromkeys(key for job in jobs for key in job.params)  # in command-line order
-        varied = [key for key in keys if len({job.params.get(key) for job in jobs}) > 1]
-        _write_csv(sweep / SUMMARY_FILE, jobs, varied, config.optimized_metric)
-        _print_table(jobs, varied, config.optimized_metric)
-        if grouped := groups.of(jobs, varied, maximize=config.optimized_direction == "maximize"):
+        keys = varied(jobs)
+        _write_csv(sweep / SUMMARY_FILE, jobs, keys, config.optimized_metric)
+        _print_table(jobs, keys, config.optimized_metric)
+        if grouped := groups.of(jobs, keys, maximize=config.optimized_direction == "maximize"):
             groups.show(*grouped, config.optimized_metric)
             groups.write_csv(sweep / groups.GROUPS_FILE, *grouped, config.optimized_metric)
         finished = [(job, job.metric) for job in jobs if job.metric is not None]
@@ -64,37 +39,8 @@ class SweepSummary(Callback):
             pick = max if config.optimized_direction == "maximize" else min
             best, value = pick(finished, key=lambda pair: pair[1])
             print(f"Best: job {best.folder.name}, {config.optimized_metric}={value:.6g}: {best.folder}")
-        _report_failures(sweep, jobs, varied)
-
-
-def _read_jobs(sweep: Path, metric: str) -> list[Job]:
-    jobs = []
-    for overrides in sweep.rglob(".hydra/overrides.yaml"):
-        folder = overrides.parent.parent
-        # Plain YAML: OmegaConf would resolve the interpolations in a job's overrides while they are read.
-        params = dict(str(o).split("=", 1) for o in _read(overrides, _yaml) or [] if "=" in str(o))
-        value = (_read(folder / METRICS_FILE, lambda p: json.loads(p.read_text())) or {}).get(metric)
-        reason = _read(folder / FAILURE_FILE, lambda p: p.read_text().partition("\n")[0])
-        number = value if isinstance(value, int | float) else None
-        jobs.append(Job(folder, params, number, reason, (folder / PRUNED_FILE).is_file()))
-    return jobs
-
-
-def _yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text())
-
-
-def _read(path: Path, parse: Callable[[Path], Any]) -> Any:
-    """A job's file, or None where it is missing or unreadable (cut short, not what it should be): the
-    table shows "no result" for it rather than failing the whole sweep's report."""
-    try:
-        return parse(path) if path.is_file() else None
-    except (OSError, ValueError, yaml.YAMLError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
-
-
-def _number(name: str) -> tuple[int, str]:
-    return (int(name), "") if name.isdigit() else (sys.maxsize, name)
+        comparison.save(sweep / comparison.FIGURE_FILE, jobs, keys, config.optimized_metric)
+        _report_failures(sweep, jobs, keys)
 
 
 def _write_csv(path: Path, jobs: list[Job], varied: list[str], metric: str) -> None:

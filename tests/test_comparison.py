@@ -1,0 +1,93 @@
+"""Runs compared in one figure: at the end of every sweep (comparison.png beside summary.csv), and by
+compare.py for any run or sweep folders. The figure's points and curves are the runs' own figures."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from mnistlab.sweeps import comparison
+from mnistlab.sweeps.jobs import read_jobs, varied
+
+from conftest import run_script
+
+TWO_EPOCHS = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=10",
+    "trainer.limit_val_batches=5",
+    "test=false",
+]
+
+
+@dataclass
+class Run:
+    folder: Path
+    params: dict[str, str]
+    metric: float | None
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("compared")
+    lrs = "model.optimizer.lr=1e-3,3e-2"
+    result = run_script("train.py", "-m", lrs, *TWO_EPOCHS, "logger=tensorboard", f"paths.log_dir={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (folder,) = (out / "train" / "multiruns").iterdir()
+    return folder
+
+
+@pytest.mark.slow
+def test_a_sweep_ends_with_a_figure_whose_points_and_curves_are_the_jobs_own(sweep: Path) -> None:
+    with Image.open(sweep / comparison.FIGURE_FILE) as png:
+        assert png.format == "PNG" and png.width > 400
+    runs = read_jobs(sweep, "val/acc_best")
+    figure = comparison.draw(runs, varied(runs), "val/acc_best")
+    by_lr, curves = figure.axes[0], figure.axes[1]
+    assert by_lr.get_xlabel() == "model.optimizer.lr" and by_lr.get_xscale() == "log"  # 1e-3 to 3e-2: decades
+    metrics = [json.loads((sweep / job / "metrics.json").read_text()) for job in ("0", "1")]
+    points = by_lr.collections[0].get_offsets().flatten().tolist()  # x, y of each job in turn
+    assert points == pytest.approx([1e-3, metrics[0]["val/acc_best"], 3e-2, metrics[1]["val/acc_best"]])
+    lines = curves.get_lines()
+    assert [line.get_label() for line in lines] == ["lr=0.001", "lr=0.03"]  # the values as Hydra wrote them
+    for line, own in zip(lines, metrics, strict=True):
+        values = list(line.get_ydata())
+        assert list(line.get_xdata()) == [9, 19]  # 10 steps an epoch, two epochs
+        assert values[-1] == pytest.approx(own["val/acc"]) and max(values) == pytest.approx(own["val/acc_best"])
+
+
+@pytest.mark.slow
+def test_compare_draws_any_runs_and_refuses_a_folder_of_none(sweep: Path, tmp_path: Path) -> None:
+    run = tmp_path / "csv_run"
+    single = run_script("train.py", *TWO_EPOCHS, "logger=csv", "model.net.hidden=32", f"hydra.run.dir={run}")
+    assert single.returncode == 0, single.stderr[-3000:]
+    out = tmp_path / "both.png"
+    result = run_script("compare.py", str(sweep), str(run), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"Compared the runs in {out}" in result.stdout and Image.open(out).format == "PNG"
+    runs = [*read_jobs(sweep, "val/acc_best"), *read_jobs(run, "val/acc_best")]
+    # What differs: the sweep's own, then the run's (false and the sweep's False are one value).
+    assert varied(runs) == ["model.optimizer.lr", "logger", "paths.log_dir", "model.net.hidden"]
+    csv_curve = comparison.read_curve(run, "val/acc")  # the CSV logger's metrics.csv
+    assert [step for step, _ in csv_curve] == [9, 19]
+    assert csv_curve[-1][1] == pytest.approx(json.loads((run / "metrics.json").read_text())["val/acc"])
+    refused = run_script("compare.py", str(tmp_path / "csv_run" / "checkpoints"))
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"Error: {run / 'checkpoints'} is neither a run's folder nor a sweep's (no .hydra/ in it or in its jobs)"
+    )
+
+
+def test_values_over_decades_get_a_log_axis_and_words_get_categories(tmp_path: Path) -> None:
+    runs = [
+        Run(tmp_path, {"lr": "1e-4", "opt": "adam", "width": "64"}, 0.9),
+        Run(tmp_path, {"lr": "1e-2", "opt": "sgd", "width": "128"}, 0.8),
+        Run(tmp_path, {"lr": "1e-3", "opt": "adam", "width": "96"}, None),  # no metric: no point
+    ]
+    figure = comparison.draw(runs, ["lr", "opt", "width"], "val/acc_best")
+    lr, opt, width, curves = figure.axes[:4]
+    assert (lr.get_xscale(), width.get_xscale()) == ("log", "linear")  # 64 to 128: less than a decade
+    assert [tick.get_text() for tick in opt.get_xticklabels()] == ["adam", "sgd"]
+    assert opt.collections[0].get_offsets().tolist() == [[0, 0.9], [1, 0.8]]
+    assert curves.get_title() == "val/acc of 0 of 3 runs"  # none logged a curve here
