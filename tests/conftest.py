@@ -73,10 +73,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Only a slow test starts processes, its fixtures too: set before any of them (a session fixture
+    made for this test would otherwise see the rule of the test before it)."""
+    processes.in_slow_test = item.get_closest_marker("slow") is not None
+
+
 @pytest.fixture(autouse=True)
-def _test_rules(request: pytest.FixtureRequest):
-    """Only a slow test starts processes; every test ends them, and leaves the environment as it found it."""
-    processes.in_slow_test = request.node.get_closest_marker("slow") is not None
+def _test_rules():
+    """Every test ends the processes it started, and leaves the environment as it found it."""
     yield
     processes.end_all()
     for name in os.environ.keys() - ENVIRONMENT.keys():

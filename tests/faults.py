@@ -65,16 +65,21 @@ class KillAt(L.Callback):
     onto ``last.ckpt`` would leave half a checkpoint there, and the resumed run would fail.
     """
 
-    def __init__(self, step: int, writing: bool = False) -> None:
-        self.step, self.writing = step, writing
+    def __init__(self, step: int, writing: bool = False, job: int | None = None) -> None:
+        self.step, self.writing, self.job = step, writing, job  # job: only in that job of a sweep
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         if self.writing:
             torch.save = functools.partial(_save_half_then_die, torch.save, self.step)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
-        if not self.writing and trainer.global_step == self.step:
+        if not self.writing and trainer.global_step == self.step and self._in_job():
             os.kill(os.getpid(), signal_module.SIGKILL)
+
+    def _in_job(self) -> bool:
+        from hydra.core.hydra_config import HydraConfig
+
+        return self.job is None or (HydraConfig.initialized() and HydraConfig.get().job.num == self.job)
 
 
 def _save_half_then_die(save, step: int, obj: object, file, *args: object, **kwargs: object) -> None:

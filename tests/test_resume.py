@@ -107,7 +107,12 @@ def test_overrides_given_when_resuming_replace_the_runs_own(tmp_path: Path) -> N
             lambda p: (p / ".hydra").mkdir() or (p / ".hydra" / "overrides.yaml").write_text("[]") and p,
             "no checkpoints",
         ),
-        (lambda p: (p / "multirun.yaml").write_text("{}") and p, "is a sweep's folder; name one of its jobs"),
+        (
+            lambda p: (
+                (p / "multirun.yaml").write_text("hydra: {sweeper: {_target_: hydra_plugins.x.OptunaSweeper}}") and p
+            ),
+            "is an Optuna study: run its command again and the study goes on from its storage",
+        ),
     ],
 )
 def test_resume_refuses_what_is_not_a_resumable_run(make, message: str, tmp_path: Path) -> None:

@@ -244,3 +244,48 @@ def test_folds_and_seeds_are_grouped_into_mean_sd_and_n_best_first(tmp_path) -> 
     assert "Over seed, data.fold: 2 groups, best first" in result.stdout
     validated = {json.loads((sweep / str(job) / "metrics.json").read_text())["val/acc_best"] for job in range(3)}
     assert len(validated) == 3  # three folds: three different validation sets
+
+
+def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under ``folder``: its modification time and its bytes."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes()) for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("launcher", ["basic", "parallel"])
+def test_a_killed_sweep_resumed_finishes_its_jobs_and_leaves_the_finished_one_untouched(launcher, tmp_path) -> None:
+    """Three jobs of 2 epochs of 10 steps (last.ckpt each epoch); SIGKILL in job 1 at step 15, which takes
+    the sweep's process down with it (basic: the same process; parallel: joblib's pool gives up)."""
+    chosen = [] if launcher == "basic" else ["hydra/launcher=parallel", "hydra.launcher.n_jobs=1"]
+    kill = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=15", "+callbacks.kill.job=1"]
+    lrs, steps = "model.optimizer.lr=1e-3,2e-3,3e-3", ["trainer.limit_train_batches=10", "trainer.limit_val_batches=5"]
+    first = run_script(
+        "train.py", "-m", *chosen, lrs, "trainer.max_epochs=2", *steps, "logger=none", "test=false", *kill,
+        f"paths.log_dir={tmp_path}",
+    )  # fmt: skip
+    assert first.returncode != 0
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    assert not (sweep / "1" / "metrics.json").exists() and not (sweep / "2").exists()
+    assert _load(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 10  # its first epoch's
+    before = _files(sweep / "0")
+    resumed = run_script("train.py", f"resume={sweep}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _files(sweep / "0") == before  # the finished job: not run again, nothing rewritten
+    assert f"Job 0 finished before: kept as it is ({sweep / '0'})" in resumed.stdout
+    assert [(r["job"], r["model.optimizer.lr"], r["status"]) for r in _summary(sweep)] == [
+        ("0", "0.001", "ok"),
+        ("1", "0.002", "ok"),
+        ("2", "0.003", "ok"),
+    ]  # the whole table, the jobs' own values (the kill, a _target_, was not replayed)
+    log = (sweep / "1" / "train.log").read_text()
+    assert f"Resuming from {sweep / '1' / 'checkpoints' / 'last.ckpt'}" in log
+    assert _load(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 20
+    assert _load(sweep / "2" / "checkpoints" / "last.ckpt")["global_step"] == 20
+    assert (sweep / "comparison.png").is_file()
+
+
+def _load(path: Path) -> dict[str, Any]:
+    from mnistlab.runtime.checkpoint_io import load_checkpoint
+
+    return load_checkpoint(path)

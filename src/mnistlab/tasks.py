@@ -36,6 +36,8 @@ console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydr
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
+    if (metrics := resume.finished_job(cfg)) is not None:
+        return metrics  # a job of a resumed sweep that had finished: left as it was
     check_devices(cfg)
     launch.check_environment()
     if launch.is_distributed_sweep_job(cfg):
@@ -118,7 +120,7 @@ def _log_overrides(cfg: DictConfig) -> None:
     overrides = HydraConfig.get().overrides.task
     if cfg.get("resume"):
         own, given = resume.split(overrides)
-        log.info("Resuming the run in %s; its overrides: %s", cfg.resume, " ".join(own) or "none")
+        log.info("Resuming the run in %s; its overrides: %s", cfg.paths.output_dir, " ".join(own) or "none")
         log.info("Overrides given now, on top: %s", " ".join(given) or "none")
         if resume.refused:
             log.warning(

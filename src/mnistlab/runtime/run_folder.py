@@ -56,4 +56,11 @@ def discard_if_unused(folder: Path) -> None:
         _made_here.discard(folder)
 
 
+def saved_once(output_dir: str) -> str | None:
+    """``hydra.output_subdir`` for a job of a resumed sweep (runtime/resume.py): ``.hydra`` for a job that
+    never started; null for one that did, whose ``.hydra/`` keeps the config it started with."""
+    return None if (Path(output_dir) / ".hydra" / "overrides.yaml").is_file() else ".hydra"
+
+
 OmegaConf.register_new_resolver(RESOLVER, claim, use_cache=True, replace=True)
+OmegaConf.register_new_resolver("saved_once", saved_once, replace=True)  # not cached: each job asks of its own
