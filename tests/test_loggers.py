@@ -121,16 +121,31 @@ def _run_then_resume(tmp_path: Path, logger: str) -> tuple[Path, list[subprocess
     return run, [first, second]
 
 
-def test_a_resumed_run_logs_into_the_same_mlflow_run_its_steps_continuous(tmp_path: Path) -> None:
-    run, (_, resumed) = _run_then_resume(tmp_path, "mlflow")
+def test_a_resumed_run_logs_into_the_same_mlflow_and_wandb_runs_its_steps_continuous(tmp_path: Path) -> None:
+    run, results = _run_then_resume(tmp_path, "[mlflow,wandb]")
+    ids = json.loads((run / "trackers.json").read_text())
+    assert set(ids) == {"mlflow", "wandb"}
+    # MLflow: one run, not two, its curve going on, its parameters as first logged (and the log says so).
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
-    (found,) = client.search_runs([client.get_experiment_by_name("train").experiment_id])  # one run, not two
-    assert json.loads((run / "trackers.json").read_text()) == {"mlflow": found.info.run_id}
+    (found,) = client.search_runs([client.get_experiment_by_name("train").experiment_id])
+    assert ids["mlflow"] == found.info.run_id
     curve = client.get_metric_history(found.info.run_id, "val/acc")
     assert [point.step for point in curve] == [19, 39]  # 20 steps an epoch: the second epoch's, after the first's
-    assert found.data.params["trainer/max_epochs"] == "1"  # MLflow keeps the first value, and the log says so:
+    assert found.data.params["trainer/max_epochs"] == "1"
     assert "changed since: trainer/max_epochs=2" in (run / "train.log").read_text()
-    assert "changed since" in resumed.stdout
+    assert "changed since" in results[1].stdout
+    # W&B, offline: a part per process under the same run id (`wandb sync --append` joins them).
+    parts = sorted((run / "wandb").glob("offline-run-*"))
+    assert [part.name.rsplit("-", 1)[1] for part in parts] == [ids["wandb"], ids["wandb"]]
+    steps = []
+    for part in parts:
+        (records,) = part.glob("run-*.wandb")
+        deadline = time.monotonic() + 60  # wandb's core process writes on its own schedule
+        while not any("val/acc" in row for row in _history(records)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        steps.append([int(row["trainer/global_step"]) for row in _history(records) if "val/acc" in row])
+    assert steps == [[19], [39]]
+    assert not any("anonymous" in result.stderr + result.stdout for result in results)  # wandb#10909's warning
 
 
 def _history(records: Path) -> list[dict[str, str]]:
@@ -152,19 +167,3 @@ def _history(records: Path) -> list[dict[str, str]]:
             if record.WhichOneof("record_type") == "history":
                 rows.append({item.key or "/".join(item.nested_key): item.value_json for item in record.history.item})
     return rows
-
-
-def test_a_resumed_run_logs_into_the_same_wandb_run_its_steps_continuous(tmp_path: Path) -> None:
-    run, results = _run_then_resume(tmp_path, "wandb")
-    wandb_id = json.loads((run / "trackers.json").read_text())["wandb"]
-    parts = sorted((run / "wandb").glob("offline-run-*"))  # one per process: `wandb sync --append` joins them
-    assert [part.name.rsplit("-", 1)[1] for part in parts] == [wandb_id, wandb_id]
-    steps = []
-    for part in parts:
-        (records,) = part.glob("run-*.wandb")
-        deadline = time.monotonic() + 60  # wandb's core process writes on its own schedule
-        while not any("val/acc" in row for row in _history(records)) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        steps.append([int(row["trainer/global_step"]) for row in _history(records) if "val/acc" in row])
-    assert steps == [[19], [39]]
-    assert not any("anonymous" in result.stderr + result.stdout for result in results)
