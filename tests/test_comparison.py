@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from mnistlab.runtime.checks import InputError
 from mnistlab.sweeps import comparison
 from mnistlab.sweeps.jobs import read_jobs, varied
 
@@ -91,3 +92,16 @@ def test_values_over_decades_get_a_log_axis_and_words_get_categories(tmp_path: P
     assert [tick.get_text() for tick in opt.get_xticklabels()] == ["adam", "sgd"]
     assert opt.collections[0].get_offsets().tolist() == [[0, 0.9], [1, 0.8]]
     assert curves.get_title() == "val/acc of 0 of 3 runs"  # none logged a curve here
+
+
+def test_compare_names_a_missing_folder_and_a_metric_no_run_has(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such folder; name run or sweep folders"):
+        comparison.compare([tmp_path / "nope"])
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- model.optimizer.lr=0.01\n")
+    (run / ".hydra" / "config.yaml").write_text("optimized_metric: val/acc_best\n")
+    (run / "metrics.json").write_text('{"val/acc_best": 0.9}')
+    with pytest.raises(InputError, match="none of the 1 runs has val/loss in its metrics.json"):
+        comparison.compare([run], metric="val/loss")
+    assert comparison.compare([run]) == run / comparison.FIGURE_FILE  # the run's own metric, by default

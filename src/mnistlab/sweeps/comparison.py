@@ -40,6 +40,10 @@ def compare(
 ) -> Path:
     """compare.py: the figure of the runs in ``folders`` (run or sweep folders); where it was saved."""
     for folder in folders:
+        if not folder.is_dir():
+            raise InputError(
+                f"{folder}: no such folder; name run or sweep folders, e.g. outputs/train/multiruns/<date>_<time>"
+            )
         if not (folder / ".hydra").is_dir() and not any(folder.glob("*/.hydra/overrides.yaml")):
             raise InputError(f"{folder} is neither a run's folder nor a sweep's (no .hydra/ in it or in its jobs)")
     metric = metric or _optimized_metric(folders[0])
