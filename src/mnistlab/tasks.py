@@ -147,8 +147,9 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     except InstantiationException as err:  # Lightning refused a combination of trainer settings
         raise InputError(f"invalid trainer settings: {err.__cause__ or err}") from err
     batch_hooks.skip_empty(trainer.callbacks)  # Lightning's defaults among them
+    compared = hyperparameters.compared(cfg)
     for logger in trainer.loggers:
-        logger.log_hyperparams(hyperparameters.compared(cfg))
+        logger.log_hyperparams(compared)
         hyperparameters.save_config(logger, model.config)
     if isinstance(trainer.accelerator, CPUAccelerator):
         _skip_nvml_probe()

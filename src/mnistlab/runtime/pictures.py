@@ -9,12 +9,12 @@ The misclassified digits are global rank 0's first ones: a sample to look at, no
 """
 
 import io
-from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.logger import _convert_params, _flatten_dict, _sanitize_params
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
@@ -79,8 +79,9 @@ class TestPictures(L.Callback):
         names = {*self._fit_metrics, *trainer.callback_metrics}
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger) and logger.hparams:
-                params = vars(logger.hparams) if isinstance(logger.hparams, Namespace) else logger.hparams
-                experiment, start, end = hparams(_flat(params), dict.fromkeys(sorted(names), 0.0))
+                # Flattened and made plain as TensorBoardLogger.log_hyperparams does: model/optimizer/lr
+                params = _sanitize_params(_flatten_dict(_convert_params(logger.hparams)))
+                experiment, start, end = hparams(params, dict.fromkeys(sorted(names), 0.0))
                 writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
                 for summary in (experiment, start, end):
                     writer.add_summary(summary)
@@ -100,17 +101,6 @@ def _png(figure: Figure) -> Image.Image:
     file = io.BytesIO()
     figure.savefig(file, format="png", dpi=100, bbox_inches="tight")
     return Image.open(io.BytesIO(file.getvalue()))
-
-
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested hyperparameters as TensorBoard's HPARAMS takes them: ``model/optimizer/lr``, plain values."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat |= _flat(value, f"{prefix}{key}/")
-        else:
-            flat[f"{prefix}{key}"] = value if isinstance(value, int | float | str | bool) else str(value)
-    return flat
 
 
 def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> Figure:
