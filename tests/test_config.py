@@ -8,6 +8,7 @@ from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDevice
 from omegaconf import OmegaConf
 
 from mnistlab import schema
+from mnistlab.runtime import ddp
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.tasks import train
 
@@ -54,10 +55,10 @@ CPU_STRATEGIES = [
     # option, overrides, strategy class, backend, start method, devices, nodes
     ("auto", [], SingleDeviceStrategy, None, None, 1, 1),
     ("auto", ["trainer.devices=2"], DDPStrategy, "gloo", "popen", 2, 1),
-    ("ddp", ["trainer.devices=4"], DDPStrategy, "gloo", "popen", 4, 1),
-    ("ddp", ["trainer.devices=2", "trainer.num_nodes=3"], DDPStrategy, "gloo", "popen", 2, 3),
-    ("ddp_gloo", ["trainer.devices=2"], DDPStrategy, "gloo", "popen", 2, 1),
-    ("ddp_spawn", ["trainer.devices=2"], DDPStrategy, "gloo", "spawn", 2, 1),
+    ("ddp", ["trainer.devices=4"], ddp.DDPStrategy, "gloo", "popen", 4, 1),
+    ("ddp", ["trainer.devices=2", "trainer.num_nodes=3"], ddp.DDPStrategy, "gloo", "popen", 2, 3),
+    ("ddp_gloo", ["trainer.devices=2"], ddp.DDPStrategy, "gloo", "popen", 2, 1),
+    ("ddp_spawn", ["trainer.devices=2"], ddp.DDPStrategy, "gloo", "spawn", 2, 1),
 ]
 
 
@@ -69,12 +70,27 @@ def test_strategy_builds_the_intended_trainer(option, overrides, cls, backend, s
     strategy = trainer.strategy
     assert type(strategy) is cls
     assert (trainer.num_devices, trainer.num_nodes, trainer.world_size) == (devices, nodes, devices * nodes)
-    if cls is DDPStrategy:
+    if issubclass(cls, DDPStrategy):
         assert strategy._get_process_group_backend() == backend
         assert strategy._start_method == start
         # conf/strategy/: a silent rank ends the run within 10 minutes (NCCL's default), not gloo's 30;
         # strategy=auto leaves the choice, and its timeout, to Lightning.
         assert strategy._timeout.total_seconds() == (1800 if option == "auto" else 600)
+
+
+@pytest.mark.parametrize("option,ends", [("ddp_spawn", True), ("ddp_notebook", True), ("ddp", False)])
+def test_ranks_the_strategy_started_end_their_process_group(option: str, ends: bool, tmp_path: Path) -> None:
+    """A spawned or forked rank lives for one fit or test: left to interpreter exit, gloo can abort it
+    (runtime/ddp.py). A rank re-run from the script keeps its group for the test that follows fit."""
+    cfg = compose_config("train", tmp_path, [f"strategy={option}", "trainer.devices=1"])
+    strategy = instantiate(cfg.trainer).strategy
+    torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        strategy.teardown()
+        assert torch.distributed.is_initialized() is not ends
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 @pytest.fixture
@@ -85,7 +101,9 @@ def two_fake_gpus(monkeypatch) -> None:
     monkeypatch.setattr("lightning.pytorch.accelerators.cuda.num_cuda_devices", lambda: 2)
 
 
-@pytest.mark.parametrize("option,cls", [("ddp", DDPStrategy), ("ddp_nccl", DDPStrategy), ("fsdp", FSDPStrategy)])
+@pytest.mark.parametrize(
+    "option,cls", [("ddp", ddp.DDPStrategy), ("ddp_nccl", ddp.DDPStrategy), ("fsdp", FSDPStrategy)]
+)
 def test_gpu_strategies_build_the_intended_trainer(option: str, cls: type, two_fake_gpus, tmp_path: Path) -> None:
     overrides = [f"strategy={option}", "trainer.accelerator=gpu", "trainer.devices=2", "trainer.num_nodes=2"]
     cfg = compose_config("train", tmp_path, overrides)
