@@ -1,24 +1,26 @@
 """What the HTTP server costs: ``python benchmarks/serving.py [--model <.ckpt or .onnx>] [--clients 1 8 32]
-[--requests 512] [--repeats 3]``.
+[--requests 512] [--repeats 3] [--seconds 5] [serve.py overrides]``.
 
 The same MNIST test digits, as PNG files, classified two ways in one run: by ``serve.py`` (one image per
-``POST /predict``, sent by 1, 8 and 32 concurrent clients on keep-alive connections) and in this process
-by the same code without HTTP (``digits.decode`` then ``Classifier.probabilities`` on batches of the
-server's ``max_batch_size``: the most an in-process caller gets). For each number of clients: requests
-a second, and the median (p50) and 99th-percentile (p99) latency of a request; then the server's
-throughput at the most clients as a fraction of in-process. Target: at least 0.6 at 32 clients. Each
-figure is the median of ``--repeats`` rounds after a warm-up round. The clients run in this process, on
-the server's machine: their CPU time counts against the server's (on 2 cores, a real cost). Without
-``--model`` a checkpoint is trained first (one epoch, ``DATA_DIR``'s MNIST). Prints a table and writes
-it as JSON to outputs/benchmarks/.
+``POST /predict``, sent by 1, 8 and 32 concurrent clients on keep-alive connections; then JSON batches of
+32) and in this process by the same code without HTTP (``digits.decode`` then ``Classifier.probabilities``
+on batches of the server's ``max_batch_size``: the most an in-process caller gets). For each number of
+clients: images a second, and the median (p50) and 99th-percentile (p99) latency of a request; then the
+server's throughput at the most clients as a fraction of in-process. Target: at least 0.6 at 32 clients.
+Each figure is the median of ``--repeats`` rounds of ``--seconds`` after a warm-up round.
+
+The clients are wrk's (an HTTP load generator written in C; ``apt-get install wrk``), on the server's
+machine: a Python client (aiohttp) took a core of this 2-core machine to send 8,000 requests a second,
+and measured itself. Without ``--model`` a checkpoint is trained first (one epoch, ``DATA_DIR``'s MNIST).
+Prints a table and writes it as JSON to outputs/benchmarks/.
 """
 
 import argparse
-import asyncio
 import base64
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -28,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import aiohttp
 import httpx
 import numpy as np
 from PIL import Image
@@ -67,42 +68,36 @@ def in_process(model: Path, bodies: list[bytes], repeats: int) -> float:
     return statistics.median(once() for _ in range(repeats))
 
 
-async def _load(url: str, bodies: list[bytes], clients: int, per_body: int) -> tuple[float, list[float]]:
-    """``clients`` concurrent clients send every body (``per_body`` images each) once between them: images
-    a second, latencies.
-
-    aiohttp, not httpx: against an endpoint that only answers, httpx's async client made 480 requests a
-    second at 32 clients here, aiohttp 11,000 (the server would have measured the client)."""
-    queue = list(reversed(bodies))
-    latencies: list[float] = []
-    kind = {"Content-Type": "application/json" if per_body > 1 else "image/png"}
-
-    async def client(http: aiohttp.ClientSession) -> None:
-        while queue:
-            body = queue.pop()
-            sent = time.perf_counter()
-            async with http.post(f"{url}/predict", data=body, headers=kind) as answer:
-                if answer.status != 200:
-                    raise SystemExit(f"the server answered {answer.status}: {await answer.text()}")
-                await answer.read()
-            latencies.append(time.perf_counter() - sent)
-
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients)) as http:
-        start = time.perf_counter()
-        await asyncio.gather(*(client(http) for _ in range(clients)))
-    return len(bodies) * per_body / (time.perf_counter() - start), latencies
-
-
-def over_http(url: str, bodies: list[bytes], clients: int, repeats: int, per_body: int = 1) -> dict[str, float]:
+def over_http(url: str, bodies: list[bytes], clients: int, args: argparse.Namespace, per_body: int = 1) -> dict:
     """Images a second and p50/p99 latency (ms) of a request at ``clients`` clients, each request an image
-    (or, ``per_body`` > 1, a JSON batch of as many): the medians over ``repeats``."""
-    asyncio.run(_load(url, bodies, clients, per_body))  # warm-up: connections opened, the worker's caches filled
-    rounds = [asyncio.run(_load(url, bodies, clients, per_body)) for _ in range(repeats)]
+    (or, ``per_body`` > 1, a JSON batch of as many): the medians over ``args.repeats`` rounds."""
+    kind = "application/json" if per_body > 1 else "image/png"
+    with tempfile.TemporaryDirectory() as folder:
+        for n, body in enumerate(bodies):
+            (Path(folder) / f"{n:05d}.body").write_bytes(body)
+        command = [
+            "wrk", f"--threads={min(clients, os.cpu_count() or 1)}", f"--connections={clients}",
+            f"--duration={args.seconds}s", f"--script={ROOT / 'benchmarks' / 'wrk_post.lua'}", url,
+            "--", folder, str(len(bodies)), kind,
+        ]  # fmt: skip
+        _wrk([*command[:3], "--duration=1s", *command[4:]])  # warm-up: connections opened, caches filled
+        rounds = [_wrk(command) for _ in range(args.repeats)]
     return {
-        "images/s": round(statistics.median(r for r, _ in rounds), 1),
-        "p50 ms": round(statistics.median(1e3 * float(np.percentile(lat, 50)) for _, lat in rounds), 2),
-        "p99 ms": round(statistics.median(1e3 * float(np.percentile(lat, 99)) for _, lat in rounds), 2),
+        "images/s": round(statistics.median(r["requests"] * per_body / r["seconds"] for r in rounds), 1),
+        "p50 ms": round(statistics.median(r["p50_us"] / 1e3 for r in rounds), 2),
+        "p99 ms": round(statistics.median(r["p99_us"] / 1e3 for r in rounds), 2),
     }
+
+
+def _wrk(command: list[str]) -> dict:
+    """One round of wrk: what wrk_post.lua printed; every request must have been answered 200."""
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"wrk exited {result.returncode}: {result.stderr[-2000:]}")
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    if figures["failed"] or not figures["requests"]:
+        raise SystemExit(f"{figures['failed']} of {figures['requests']} requests failed:\n{result.stdout[-2000:]}")
+    return figures
 
 
 def _json_batch(bodies: list[bytes]) -> bytes:
@@ -140,19 +135,18 @@ def trained(out: Path) -> Path:
     return out / "checkpoints" / "last.ckpt"
 
 
-def measure(
-    model: Path, bodies: list[bytes], clients: list[int], repeats: int, out: Path, overrides: list[str]
-) -> dict[str, float]:
-    rows: dict[str, float] = {"in-process images/s": round(in_process(model, bodies, repeats), 1)}
-    server, url = start_server(model, out, overrides)
+def measure(model: Path, bodies: list[bytes], args: argparse.Namespace, out: Path) -> dict[str, float]:
+    rows: dict[str, float] = {"in-process images/s": round(in_process(model, bodies, args.repeats), 1)}
+    server, url = start_server(model, out, args.overrides)
+    clients = args.clients
     try:
         for count in clients:
-            rows |= {f"server, {count} clients, {k}": v for k, v in over_http(url, bodies, count, repeats).items()}
+            rows |= {f"server, {count} clients, {k}": v for k, v in over_http(url, bodies, count, args).items()}
         batches = [_json_batch(bodies[i : i + BATCH]) for i in range(0, len(bodies) - BATCH + 1, BATCH)]
         for count in (1, min(8, max(clients))):
             rows |= {
                 f"server, {count} clients of JSON batches of {BATCH}, {k}": v
-                for k, v in over_http(url, batches, count, repeats, per_body=BATCH).items()
+                for k, v in over_http(url, batches, count, args, per_body=BATCH).items()
             }
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -170,15 +164,20 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="concurrent clients, each a row")
     parser.add_argument("--requests", type=int, default=512, help=f"images classified in each round (>= {BATCH})")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds of each row; the median is reported")
+    parser.add_argument("--seconds", type=int, default=5, help="how long each round sends requests")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks", help="where the JSON goes")
     parser.add_argument("overrides", nargs="*", help="overrides of serve.py (conf/serve.yaml): workers_per_device=2")
     args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit(
+            "the clients are wrk's (an HTTP load generator in C): apt-get install wrk, or brew install wrk"
+        )
     if args.model is not None and not args.model.is_file():
         raise SystemExit(f"--model {args.model}: no such file")
     bodies = test_images(args.requests)
     with tempfile.TemporaryDirectory() as work:
         model = args.model.resolve() if args.model else trained(Path(work) / "run")
-        rows = measure(model, bodies, args.clients, args.repeats, Path(work), args.overrides)
+        rows = measure(model, bodies, args, Path(work))
     publish(rows, args.out, "serving")
 
 

@@ -59,12 +59,11 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
     "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
     "mnist_optuna": "optuna",
     "  - decode: digits": "  - decode: npy",  # serve.py: digit images are the example's
-    " munge chromium": " munge",  # the browser of the demo's tests (the workflow), which the example alone has
-    " and Chromium (the demo's tests)": "",
+    " munge chromium wrk": " munge",  # the demo's browser, the serving benchmark's client: the example's alone
+    " and Chromium and wrk (the demo's tests, the serving benchmark's)": "",
     'demo = ["gradio>=6,<7"]  # demo.py: draw a digit in the browser\n': "",  # pyproject.toml: the demo's packages
     "    \"playwright>=1.49\",  # drives Chromium (Debian's, apt-get install chromium) in the demo's tests\n": "",
     '    "gradio_client>=1.5",  # the demo\'s other client\n': "",
-    '    "aiohttp>=3.9",      # the client of benchmarks/serving.py (httpx\'s async client was the bottleneck there)\n': "",
     ",serve,demo,loggers]": ",serve,loggers]",
 }
 BLANK_TEXT = re.compile(r"(?s)<!-- blank: (.*?) -->")  # the README's words for a project without the example

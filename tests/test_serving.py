@@ -1,4 +1,4 @@
-"""serve.py: the trained model behind HTTP (LitServe), asked by a real HTTP client (httpx) on a local port.
+"""serve.py: the trained model behind HTTP (uvicorn, Starlette), asked by a real HTTP client (httpx) on a local port.
 
 Inputs are sent as .npy arrays (``decode=npy``: the server of every project, the example's or not) of
 the test set's inputs before normalisation; the example's own input, images, has a test of its own.
@@ -6,6 +6,7 @@ the test set's inputs before normalisation; the example's own input, images, has
 
 import base64
 import io
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -67,7 +68,8 @@ def test_the_server_classifies_as_the_checkpoint_one_by_one_in_a_batch_and_under
         probabilities = np.array([p["probabilities"] for p in batch])
         np.testing.assert_allclose(probabilities.sum(1), 1, atol=1e-5)
         info = httpx.get(f"{url}/info").json()
-        assert info["server"]["devices"] == ["cpu"] and len(info["model"]["classes"]) == probabilities.shape[1]
+        assert info["server"]["devices"] == ["cpu"] * len(os.sched_getaffinity(0))  # devices=auto: a process a core
+        assert len(info["model"]["classes"]) == probabilities.shape[1]
         assert [p["name"] for p in batch] == [info["model"]["classes"][c] for c in expected]
 
 
@@ -88,13 +90,14 @@ BAD = [  # body, content type, status, the reason's words
 @pytest.mark.slow
 def test_each_bad_request_gets_its_reason_alone_and_the_server_goes_on(trained_checkpoint, tmp_path) -> None:
     bodies, expected = _raw_inputs(trained_checkpoint)
-    overrides = ["decode=npy", "max_images=8", "max_body_bytes=200_000", "batch_timeout=0.2"]
+    overrides = ["decode=npy", "max_images=8", "max_body_bytes=200_000", "batch_timeout=0.2", "devices=1"]
     with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", *overrides) as url:
         for body, content_type, status, reason in BAD:
             answer = _post(url, body, content_type)
             assert (answer.status_code, reason in answer.json()["detail"]) == (status, True), answer.text
             assert "\n" not in answer.json()["detail"] and "Traceback" not in answer.text
-        # Sent together, a bad and a good request are batched (batch_timeout 0.2 s): each gets its own answer.
+        # Sent together to the one process, a bad and a good request are batched (batch_timeout 0.2 s): each
+        # gets its own answer.
         with ThreadPoolExecutor(2) as clients:
             bad, good = clients.map(lambda b: _post(url, b), [b"not an array", bodies[0]])
         assert (bad.status_code, good.status_code, good.json()["class"]) == (400, 200, expected[0])

@@ -238,7 +238,6 @@ class ServeConfig(Node):
     accelerator: Literal["auto", "cpu", "cuda"]
     devices: Literal["auto"] | Positive
     workers_per_device: Positive
-    api_servers: Positive
     max_batch_size: Positive
     batch_timeout: Annotated[float, Field(ge=0)]
     max_images: Positive
