@@ -7,6 +7,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from mnistlab.runtime import pictures
 from mnistlab.tasks import evaluate, train
 
 from conftest import SHORT, compose_config
@@ -35,6 +36,15 @@ def test_training_leaves_figures_hparams_and_the_config_tree(tmp_path: Path) -> 
     assert [len(events.Scalars(tag)) for tag in ("val/acc", "val/acc_best", "val/loss")] == [1, 1, 1]
     tree = (tmp_path / "config_tree.txt").read_text()
     assert "├── model" in tree and "lr: 0.001" in tree
+
+
+def test_no_figure_is_drawn_for_loggers_that_keep_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def drawn(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a figure was drawn that no logger keeps")
+
+    monkeypatch.setattr(pictures, "Figure", drawn)  # matplotlib's: 0.7 s a test, for nothing
+    metrics = train(compose_config("train", tmp_path, [*SHORT, "logger=csv"]))
+    assert metrics["test/samples"] > 0  # the test ran, its pictures skipped
 
 
 @pytest.mark.slow

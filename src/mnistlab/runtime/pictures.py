@@ -19,10 +19,11 @@ from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, W
 from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
 from PIL import Image
-from torch.utils.tensorboard.summary import hparams
 from torchmetrics.classification import MulticlassConfusionMatrix
 
 from mnistlab.runtime.batches import PAD_LABEL
+
+PICTURE_LOGGERS = (TensorBoardLogger, MLFlowLogger, WandbLogger)  # the loggers that keep pictures (_send)
 
 
 class TestPictures(L.Callback):
@@ -58,12 +59,16 @@ class TestPictures(L.Callback):
     def _draw(self, trainer: L.Trainer, counts: torch.Tensor) -> None:
         # Figures of their own, not pyplot's: no backend to choose, nothing global (a notebook keeps its
         # inline display), nothing to close.
+        keepers = [logger for logger in trainer.loggers if isinstance(logger, PICTURE_LOGGERS)]
+        if not keepers and self.png_dir is None:
+            return  # nobody keeps pictures (logger=none or csv, fast_dev_run): 0.7 s of matplotlib saved
         matrix = Figure(figsize=(7, 7))
         self._matrix.plot(val=counts, ax=matrix.subplots(), labels=[str(c) for c in range(self.num_classes)])
-        grid = _grid(self._wrong[: self.misclassified])
-        for logger in trainer.loggers:
-            for name, figure in (("test/confusion_matrix", matrix), ("test/misclassified", grid)):
-                _send(logger, name, figure, trainer.global_step)
+        if keepers:
+            figures = {"test/confusion_matrix": matrix, "test/misclassified": _grid(self._wrong[: self.misclassified])}
+            for logger in keepers:
+                for name, figure in figures.items():
+                    _send(logger, name, figure, trainer.global_step)
         if self.png_dir is not None:
             matrix.savefig(self.png_dir / "confusion_matrix.png", dpi=100, bbox_inches="tight")
 
@@ -79,6 +84,9 @@ class TestPictures(L.Callback):
         names = {*self._fit_metrics, *trainer.callback_metrics}
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger) and logger.hparams:
+                # Here, not at the top: 0.1 s of start-up (tensorboard's stub of TensorFlow) for every run
+                from torch.utils.tensorboard.summary import hparams
+
                 # Flattened and made plain as TensorBoardLogger.log_hyperparams does: model/optimizer/lr
                 params = _sanitize_params(_flatten_dict(_convert_params(logger.hparams)))
                 experiment, start, end = hparams(params, dict.fromkeys(sorted(names), 0.0))

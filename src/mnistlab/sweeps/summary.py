@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mnistlab.runtime import atomic
-from mnistlab.sweeps import comparison, groups
+from mnistlab.sweeps import groups
 from mnistlab.sweeps.jobs import Job, read_jobs, varied
 
 SUMMARY_FILE = "summary.csv"
@@ -39,6 +39,10 @@ class SweepSummary(Callback):
             pick = max if config.optimized_direction == "maximize" else min
             best, value = pick(finished, key=lambda pair: pair[1])
             print(f"Best: job {best.folder.name}, {config.optimized_metric}={value:.6g}: {best.folder}")
+        # Here, not at the top: this callback is loaded by every run, and matplotlib (with what Lightning
+        # and torchmetrics then import beside it) added 0.3 s to train.py's start-up (measured, -X importtime).
+        from mnistlab.sweeps import comparison
+
         comparison.save(sweep / comparison.FIGURE_FILE, jobs, keys, config.optimized_metric)
         _report_failures(sweep, jobs, keys)
 
