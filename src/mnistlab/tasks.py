@@ -12,6 +12,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
@@ -142,9 +143,10 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    # Lightning refuses a combination of trainer settings with its own error: Hydra 1.3 wraps it, 1.4 does not.
     try:
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
-    except InstantiationException as err:  # Lightning refused a combination of trainer settings
+    except (InstantiationException, ValueError, MisconfigurationException) as err:
         raise InputError(f"invalid trainer settings: {err.__cause__ or err}") from err
     batch_hooks.skip_empty(trainer.callbacks)  # Lightning's defaults among them
     compared = hyperparameters.compared(cfg)
