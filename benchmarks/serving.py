@@ -75,13 +75,16 @@ def over_http(url: str, bodies: list[bytes], clients: int, args: argparse.Namesp
     with tempfile.TemporaryDirectory() as folder:
         for n, body in enumerate(bodies):
             (Path(folder) / f"{n:05d}.body").write_bytes(body)
-        command = [
-            "wrk", f"--threads={min(clients, os.cpu_count() or 1)}", f"--connections={clients}",
-            f"--duration={args.seconds}s", f"--script={ROOT / 'benchmarks' / 'wrk_post.lua'}", url,
-            "--", folder, str(len(bodies)), kind,
-        ]  # fmt: skip
-        _wrk([*command[:3], "--duration=1s", *command[4:]])  # warm-up: connections opened, caches filled
-        rounds = [_wrk(command) for _ in range(args.repeats)]
+
+        def wrk(seconds: int) -> list[str]:
+            return [
+                "wrk", f"--threads={min(clients, os.cpu_count() or 1)}", f"--connections={clients}",
+                f"--duration={seconds}s", f"--script={ROOT / 'benchmarks' / 'wrk_post.lua'}", url,
+                "--", folder, str(len(bodies)), kind,
+            ]  # fmt: skip
+
+        _wrk(wrk(1))  # warm-up: connections opened, caches filled
+        rounds = [_wrk(wrk(args.seconds)) for _ in range(args.repeats)]
     return {
         "images/s": round(statistics.median(r["requests"] * per_body / r["seconds"] for r in rounds), 1),
         "p50 ms": round(statistics.median(r["p50_us"] / 1e3 for r in rounds), 2),
@@ -162,7 +165,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, help="a checkpoint of train.py or an exported .onnx (default: train one)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="concurrent clients, each a row")
-    parser.add_argument("--requests", type=int, default=512, help=f"images classified in each round (>= {BATCH})")
+    parser.add_argument(
+        "--requests", type=int, default=512, help=f"test images, sent in turn for as long as a round lasts (>= {BATCH})"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds of each row; the median is reported")
     parser.add_argument("--seconds", type=int, default=5, help="how long each round sends requests")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "benchmarks", help="where the JSON goes")
