@@ -7,8 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import schema
-from mnistlab.runtime import failures, launch
+from mnistlab.runtime import failures, launch, schema
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs

@@ -6,8 +6,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import schema
-from mnistlab.runtime import failures
+from mnistlab.runtime import failures, schema
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 

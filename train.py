@@ -7,8 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab import schema
-from mnistlab.runtime import failures, launch, resume, signals
+from mnistlab.runtime import failures, launch, resume, schema, signals
 from mnistlab.sweeps import gpu_slots
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))

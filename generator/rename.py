@@ -52,8 +52,8 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
 PLACEHOLDERS = """
 **This project starts with placeholders:** `src/{package}/data.py` serves random images of 10 classes
 and `src/{package}/network.py` is a small MLP for them. Replace them with your data module and network,
-and `conf/data/`, `conf/model/` and the `Data` model of `src/{package}/schema.py` with them; everything
-else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
+and `conf/data/` and `conf/model/` with them (their keys are checked against your classes' own arguments);
+everything else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
 """
 BLANK_NAMES = {  # renamed with the example left out: the search config and its study (the README's command
     "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
@@ -154,22 +154,18 @@ def _section(text: str, name: str, keep: bool) -> str:
 
 
 def leave_out_example(root: Path, files: list[str]) -> list[str]:
-    """The MNIST example's own files out, the placeholders in, the config and schema pointed at them;
+    """The MNIST example's own files out, the placeholders in, the config pointed at them;
     returns the rendered files as they are now. Only rendered files go: a notebook of the user's stays."""
     gone = [name for name in files if any(name == x or name.startswith(f"{x}/") for x in EXAMPLE_ONLY)]
     for name in gone:
         (root / name).unlink()
         _prune(root, (root / name).parent)
-    blank = [p.relative_to(BLANK).as_posix() for p in BLANK.rglob("*") if p.is_file() and p.suffix != ".txt"]
+    blank = [p.relative_to(BLANK).as_posix() for p in BLANK.rglob("*") if p.is_file()]
     for name in blank:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(BLANK / name, root / name)
-    for entry in ("train", "eval"):
-        path = root / "conf" / f"{entry}.yaml"
-        path.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", path.read_text()))
-    schema = root / "src" / NAME / "schema.py"
-    data = (BLANK / "schema_data.txt").read_text()
-    schema.write_text(re.sub(r"(?s)class Data\(Target\):\n.*?\n\n\n", data + "\n\n", schema.read_text(), count=1))
+    run = root / "conf" / "run.yaml"  # train.yaml's and eval.yaml's data
+    run.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", run.read_text()))
     return [name for name in files if name not in gone] + [name for name in blank if name not in files]
 
 

@@ -15,9 +15,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from mnistlab.network import SimpleNN
+from mnistlab.trained import loading
 
 import processes
+import suite_task
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PROJECT_ROOT", str(ROOT))
@@ -28,6 +29,15 @@ DATA_DIR = os.environ.setdefault("DATA_DIR", str(ROOT / "data"))
 # CUBLAS_WORKSPACE_CONFIG and more, which would otherwise leak into the tests after it.
 ENVIRONMENT = dict(os.environ)
 IN_CI = os.environ.get("CI") == "true"  # .ci/run sets it: there, only a hardware skip is a skip
+
+# What the machinery's tests train: the suite's own task (tests/suite_task.py, tests/conf/), never the example,
+# so that they pass whatever a user makes of network.py, module.py, data.py, conf/data/ and conf/model/.
+SUITE = [f"hydra.searchpath=[file://{ROOT / 'tests' / 'conf'}]", "data=suite", "model=suite"]
+# What the example's own tests and the contract test train: whatever conf/ composes by default.
+OWN: list[str] = []
+# The modules a checkpoint of the suite's task names (conf/trust.yaml's, and the suite's own).
+TRUSTED = (*loading.TRUSTED, "suite_task")
+TRUST_SUITE = f"trusted_modules=[{','.join(TRUSTED)}]"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -179,13 +189,16 @@ def assert_same_training(a: dict, b: dict, atol: float = 1e-6) -> None:
             )
 
 
-def compose_config(name: str, out: Path, overrides: Sequence[str] = (), hydra: bool = False) -> DictConfig:
-    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``; with
-    ``hydra``, Hydra's own config too (``cfg.hydra``: the sweeper, the launcher)."""
+def compose_config(
+    name: str, out: Path, overrides: Sequence[str] = (), hydra: bool = False, task: Sequence[str] = SUITE
+) -> DictConfig:
+    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``, training
+    ``task`` (the suite's, or ``OWN``: conf/'s default); with ``hydra``, Hydra's own config too (``cfg.hydra``:
+    the sweeper, the launcher)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose(
             config_name=name,
-            overrides=[f"paths.log_dir={out}", f"paths.output_dir={out}", "trainer.accelerator=cpu", *overrides],
+            overrides=[*task, f"paths.log_dir={out}", f"paths.output_dir={out}", "trainer.accelerator=cpu", *overrides],
             return_hydra_config=hydra,
         )
 
@@ -194,24 +207,24 @@ TRAINERS = ("train.py", "eval.py")  # the entry points whose config holds a Trai
 
 
 def run_script(
-    script: str, *overrides: str, timeout: float = 300, cpu: bool = True
+    script: str, *overrides: str, timeout: float = 300, cpu: bool = True, task: Sequence[str] = SUITE
 ) -> subprocess.CompletedProcess[str]:
-    """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it).
-    ``cpu``: first of all, trainer.accelerator=cpu: the tests mean CPU processes (gloo), which auto
-    would turn into GPUs (nccl) on a machine that has some."""
-    pinned = ["trainer.accelerator=cpu"] if cpu and script in TRAINERS else []
+    """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it), on
+    ``task`` (see compose_config). ``cpu``: first of all, trainer.accelerator=cpu: the tests mean CPU
+    processes (gloo), which auto would turn into GPUs (nccl) on a machine that has some."""
+    pinned = [*task, *(["trainer.accelerator=cpu"] if cpu else [])] if script in TRAINERS else []
     flags = list(itertools.takewhile(lambda arg: arg.startswith("-"), overrides))  # -m: before any override
     return processes.run(processes.python(script, *flags, *pinned, *overrides[len(flags) :]), timeout=timeout)
 
 
-# Runs from the same seed over the same 2 epochs of 20 global batches of 64 (the second epoch reshuffled):
-# one process, and 2 or 4 ranks however they are started, stopped and resumed, must end with the same weights.
+# Runs from the same seed over the same 2 epochs of 20 global batches (the second epoch reshuffled): one
+# process, and 2 or 4 ranks however they are started, stopped and resumed, must end with the same weights.
 EQUIVALENCE = [
     "trainer.max_epochs=2",
     "trainer.limit_train_batches=20",
     "trainer.limit_test_batches=2",
     "trainer.accelerator=cpu",
-]  # and all 5,000 validation images: each validated once, on any number of ranks
+]  # and all validation samples: each validated once, on any number of ranks
 
 
 def train_like_one_process(out: Path, *overrides: str) -> Path:
@@ -232,12 +245,12 @@ def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
     one, other = last_checkpoint(one_process), last_checkpoint(run)
     assert one["global_step"] == other["global_step"] == 40
     torch.manual_seed(42)  # the runs' seed: their common starting point
-    for name, initial in SimpleNN().state_dict().items():
+    for name, initial in suite_task.Net().state_dict().items():  # tests/conf/model/suite.yaml's network
         assert (one["state_dict"][f"net.{name}"] - initial).abs().max() > 1e-3  # 40 Adam steps moved it
-    # 3e-4, a third of one Adam step at lr 1e-3: gloo sums 4 ranks' gradients in another order than one
+    # 3e-4, a thirtieth of one Adam step at lr 1e-2: gloo sums 4 ranks' gradients in another order than one
     # process does, and Adam's division by the root of a near-zero second moment magnifies that for the
-    # rare weight whose gradients are near 0 (seen: 7e-5 for 1 of 200,704). A shard served twice or
-    # missed, or a rank on its own batch, moves every weight by far more.
+    # rare weight whose gradients are near 0. A shard served twice or missed, or a rank on its own batch,
+    # moves every weight by far more.
     assert_same_training(one, other, atol=3e-4)
 
 
@@ -268,15 +281,24 @@ def train_cfg(tmp_path: Path) -> DictConfig:
     return compose_config("train", tmp_path, [*SHORT, "logger=csv"])
 
 
-@pytest.fixture(scope="session")
-def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The best checkpoint of a short run, for the tests that use one (predict, export)."""
+def _trained(out: Path, task: Sequence[str]) -> Path:
     from mnistlab.tasks import train  # not at import: see tests/faults.py
 
-    out = tmp_path_factory.mktemp("trained")
-    train(compose_config("train", out, [*SHORT, "logger=none"]))
+    train(compose_config("train", out, [*SHORT, "logger=none"], task=task))
     (best,) = (out / "checkpoints").glob("epoch*.ckpt")
     return best
+
+
+@pytest.fixture(scope="session")
+def trained_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The best checkpoint of a short run of the suite's task, for the machinery that uses one (export, serve)."""
+    return _trained(tmp_path_factory.mktemp("trained"), SUITE)
+
+
+@pytest.fixture(scope="session")
+def trained_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The best checkpoint of a short run of conf/'s own task: the example's (digits: predict, demo)."""
+    return _trained(tmp_path_factory.mktemp("example"), OWN)
 
 
 @contextmanager

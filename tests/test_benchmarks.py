@@ -34,9 +34,9 @@ def test_the_gpu_benchmark_says_this_machine_has_no_gpu(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())
 
 
-def test_the_serving_benchmark_times_the_server_beside_in_process(trained_checkpoint: Path, tmp_path: Path) -> None:
+def test_the_serving_benchmark_times_the_server_beside_in_process(trained_example: Path, tmp_path: Path) -> None:
     command = [
-        sys.executable, "benchmarks/serving.py", "--model", str(trained_checkpoint), "--clients", "1", "4",
+        sys.executable, "benchmarks/serving.py", "--model", str(trained_example), "--clients", "1", "4",
         "--requests", "64", "--repeats", "1", "--seconds", "1", "--out", str(tmp_path),
     ]  # fmt: skip
     result = processes.run(command, timeout=600)

@@ -1,6 +1,7 @@
 """demo.py: draw a digit and see what the model reads. Its page is driven in a real browser (Debian's
 Chromium, by Playwright) and through gradio_client; its function is checked alone on drawn arrays."""
 
+import functools
 import io
 import math
 from pathlib import Path
@@ -17,7 +18,12 @@ from torchvision.datasets import MNIST
 from mnistlab.trained import classifier, digits
 from mnistlab.trained.demo import page, reader
 
-from conftest import DATA_DIR, MARKER, ROOT, compose_config, run_script, serving
+import conftest
+from conftest import DATA_DIR, MARKER, OWN, ROOT, serving
+
+# The example's own tests: they train what conf/ composes by default (the suite's task is the machinery's).
+compose_config = functools.partial(conftest.compose_config, task=OWN)
+run_script = functools.partial(conftest.run_script, task=OWN)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (.ci/run installs it)
 SIDE = 280  # conf/demo.yaml's canvas

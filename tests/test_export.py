@@ -15,7 +15,7 @@ from mnistlab.trained import classifier, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
 import processes
-from conftest import DATA_DIR, ROOT
+from conftest import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED
 
 # Loads the exported file and classifies 100 test inputs saved as a NumPy array, with Lightning and this
 # package made unimportable: what a user of the exported model has.
@@ -48,24 +48,26 @@ def test_the_exported_network_runs_alone_predicts_as_the_checkpoint_and_says_wha
     format: str, trained_checkpoint, tmp_path
 ) -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("export", [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}"])
+        overrides = [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}", TRUST_SUITE]
+        cfg = compose("export", overrides)
     path = export(cfg)  # raises if its logits differ from the checkpoint's by more than cfg.tolerance
     assert sorted(p.name for p in tmp_path.iterdir()) == FILES[format]  # the weights inside, nothing else
     saved = load_checkpoint(trained_checkpoint)
     card = model_card.read(path)
-    assert card["input_shape"] == ["N", 1, 28, 28] and card["input_dtype"] == "float32"
+    shape = sample_inputs(saved, DATA_DIR, 1, TRUSTED).shape  # what the data module serves the network
+    assert card["input_shape"] == ["N", *shape[1:]] and card["input_dtype"] == "float32"
     assert {key: card[key] for key in model_card.preprocessing(saved)} == model_card.preprocessing(saved)
-    datamodule = loading.datamodule(saved, data_dir=DATA_DIR)
+    datamodule = loading.datamodule(saved, TRUSTED, data_dir=DATA_DIR)
     assert card["input_format"] == getattr(datamodule, "input_format", model_card.GENERIC_INPUT)
-    assert card["classes"] == classifier.load(trained_checkpoint, data_dir=DATA_DIR).classes
+    assert card["classes"] == classifier.load(trained_checkpoint, data_dir=DATA_DIR, trusted=TRUSTED).classes
     assert card["network"] == saved["config"]["model"]["net"] and card["commit"] == provenance.commit()
     assert card["version"] == importlib.metadata.version("mnistlab")
 
-    inputs = sample_inputs(saved, DATA_DIR, 100)
+    inputs = sample_inputs(saved, DATA_DIR, 100, TRUSTED)
     with torch.inference_mode():
-        expected = loading.network(saved)(inputs).argmax(1)
+        expected = loading.network(saved, TRUSTED)(inputs).argmax(1)
     if format == "safetensors":  # weights for the network's code: the same network, loaded with them
-        net = loading.network(saved)
+        net = loading.network(saved, TRUSTED)
         net.load_state_dict(safetensors.torch.load_file(path))
         assert net(inputs).argmax(1).tolist() == expected.tolist()
         return
@@ -80,7 +82,14 @@ def test_an_export_whose_logits_differ_beyond_the_tolerance_is_refused(trained_c
     """ONNX's logits differ from the checkpoint's by about 6e-6: refused with tolerance=0."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         cfg = compose(
-            "export", [f"ckpt_path={trained_checkpoint}", "format=onnx", "tolerance=0", f"paths.output_dir={tmp_path}"]
+            "export",
+            [
+                f"ckpt_path={trained_checkpoint}",
+                "format=onnx",
+                "tolerance=0",
+                f"paths.output_dir={tmp_path}",
+                TRUST_SUITE,
+            ],
         )
     with pytest.raises(RuntimeError, match=r"the exported model disagrees with the checkpoint: logits differ by \d"):
         export(cfg)

@@ -43,15 +43,13 @@ def _test_digit(folder) -> int:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("format", list(SUFFIX))
-def test_the_readme_lines_classify_a_digit_with_the_exported_file_alone(format, trained_checkpoint, tmp_path) -> None:
+def test_the_readme_lines_classify_a_digit_with_the_exported_file_alone(format, trained_example, tmp_path) -> None:
     assert _without_this_project("import mnistlab", tmp_path).returncode != 0
     code = BLOCKS[SUFFIX[format]]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        export(
-            compose("export", [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}"])
-        )
+        export(compose("export", [f"ckpt_path={trained_example}", f"format={format}", f"paths.output_dir={tmp_path}"]))
     label = _test_digit(tmp_path)
-    saved = load_checkpoint(trained_checkpoint)
+    saved = load_checkpoint(trained_example)
     image = torch.from_numpy(np.asarray(Image.open(tmp_path / "digit.png"), np.float32))
     mean, std = loading.normalization(saved)
     with torch.inference_mode():

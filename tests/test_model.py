@@ -1,11 +1,23 @@
+from pathlib import Path
+
 import lightning as L
+import pytest
 import torch
 from hydra.utils import instantiate
+from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistlab.network import SimpleNN
 from mnistlab.runtime.batches import PAD_LABEL
+
+from conftest import OWN, SHORT, compose_config
+
+
+@pytest.fixture
+def train_cfg(tmp_path: Path) -> DictConfig:
+    """The example's own model (what conf/ composes by default), in a short run's config."""
+    return compose_config("train", tmp_path, [*SHORT, "logger=csv"], task=OWN)
 
 
 def test_simple_nn_is_the_seed_network() -> None:

@@ -28,14 +28,14 @@ def test_training_leaves_figures_hparams_and_the_config_tree(tmp_path: Path) -> 
     experiment = plugin_data_pb2.HParamsPluginData.FromString(
         events.PluginTagToContent("hparams")["_hparams_/experiment"]
     ).experiment
-    logged = {"model/optimizer/lr", "data/batch_size", "model/net/hidden", "trainer/max_epochs", "seed"}
+    logged = {"model/optimizer/lr", "data/batch_size", "trainer/max_epochs", "seed"}
     assert {h.name for h in experiment.hparam_infos} == logged  # conf/train.yaml's hparams (no command line here)
     assert {"test/acc", "val/acc_best"} <= {m.name.tag for m in experiment.metric_infos}
     assert events.Scalars("test/acc")[-1].value == metrics["test/acc"]  # what HPARAMS shows beside the settings
     # One point per validation (one epoch here): the test adds none to the validation curves.
     assert [len(events.Scalars(tag)) for tag in ("val/acc", "val/acc_best", "val/loss")] == [1, 1, 1]
     tree = (tmp_path / "config_tree.txt").read_text()
-    assert "├── model" in tree and "lr: 0.001" in tree
+    assert "├── model" in tree and "lr: 0.01" in tree  # tests/conf/model/suite.yaml's
 
 
 def test_no_figure_is_drawn_for_loggers_that_keep_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,9 +32,7 @@ def _test_set() -> tuple[torch.Tensor, torch.Tensor]:
     return test.data[:IMAGES], test.targets[:IMAGES]
 
 
-def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(
-    trained_checkpoint: Path, tmp_path: Path
-) -> None:
+def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(trained_example: Path, tmp_path: Path) -> None:
     images, _ = _test_set()
     folder = tmp_path / "digits"
     (folder / "dark_on_light").mkdir(parents=True)
@@ -43,11 +41,9 @@ def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(
             Image.fromarray(image).resize((84, 84), Image.NEAREST).save(folder / f"{i:03d}.png")
         else:  # black on white (a scan, a drawing), twice as large
             Image.fromarray(255 - image).resize((56, 56), Image.NEAREST).save(folder / "dark_on_light" / f"{i:03d}.png")
-    rows = predict(
-        _config("predict", tmp_path, [f"ckpt_path={trained_checkpoint}", f"input={folder}", "batch_size=16"])
-    )
+    rows = predict(_config("predict", tmp_path, [f"ckpt_path={trained_example}", f"input={folder}", "batch_size=16"]))
 
-    saved = load_checkpoint(trained_checkpoint)
+    saved = load_checkpoint(trained_example)
     with torch.inference_mode():
         expected = loading.network(saved)(normalize(images, *loading.normalization(saved))).softmax(dim=1)
     by_index = {int(Path(row["file"]).stem): row for row in rows}
@@ -69,12 +65,12 @@ def test_pngs_of_test_digits_at_other_sizes_get_the_models_predictions(
     ],
 )
 def test_a_folder_without_readable_images_gets_one_line(
-    make, message: str, trained_checkpoint: Path, tmp_path: Path
+    make, message: str, trained_example: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "in").mkdir()
     make(tmp_path / "in")
     result = run_script(
-        "predict.py", f"ckpt_path={trained_checkpoint}", f"input={tmp_path / 'in'}", f"paths.log_dir={tmp_path}"
+        "predict.py", f"ckpt_path={trained_example}", f"input={tmp_path / 'in'}", f"paths.log_dir={tmp_path}"
     )
     assert result.returncode == 1
     assert result.stderr.strip().startswith("Error:") and message in result.stderr, result.stderr[-2000:]
@@ -82,7 +78,7 @@ def test_a_folder_without_readable_images_gets_one_line(
 
 
 def test_unreadable_and_oversized_images_are_skipped_and_the_rest_classified(
-    trained_checkpoint: Path, tmp_path: Path, caplog
+    trained_example: Path, tmp_path: Path, caplog
 ) -> None:
     images, _ = _test_set()
     folder = tmp_path / "in"
@@ -93,13 +89,13 @@ def test_unreadable_and_oversized_images_are_skipped_and_the_rest_classified(
     large = Image.fromarray(images[1].numpy()).resize((2800, 2800), Image.NEAREST)  # reduced as it is read
     large.save(folder / "d_large.jpg", quality=95)
     assert (folder / "c_bomb.png").stat().st_size < 1_000_000
-    rows = predict(_config("predict", tmp_path, [f"ckpt_path={trained_checkpoint}", f"input={folder}"]))
+    rows = predict(_config("predict", tmp_path, [f"ckpt_path={trained_example}", f"input={folder}"]))
 
     assert [Path(row["file"]).name for row in rows] == ["a_digit.png", "d_large.jpg"]
     skipped = caplog.text.partition("Skipped 2 image(s) that could not be read:")[2]
     assert f"{folder / 'b_broken.png'} is not an image PIL can read" in skipped
     assert f"{folder / 'c_bomb.png'} has 144,000,000 pixels, over max_pixels=50,000,000" in skipped
-    saved = load_checkpoint(trained_checkpoint)
+    saved = load_checkpoint(trained_example)
     with torch.inference_mode():
         expected = loading.network(saved)(normalize(images[:2], *loading.normalization(saved))).argmax(1)
     assert [row["predicted"] for row in rows] == expected.tolist()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mnistlab import schema
+from mnistlab.runtime import schema
 from mnistlab.runtime.checks import InputError
 
 import processes
@@ -17,10 +17,11 @@ REFUSED = [
     (["trainer.max_epochs=10.0"], "trainer.max_epochs=10.0: should be a valid integer"),
     (["trainer.precision=fp8"], "trainer.precision=fp8: should be '32-true', '32', 32, 'bf16-mixed', '16-mixed', "),
     (["model.optimizer.lr=0"], "model.optimizer.lr=0: should be greater than 0"),
-    (["data.batch_size=0"], "data.batch_size=0: should be greater than or equal to 1"),
-    (["trainer.devices=3"], "data.batch_size=64 is the global batch (all devices of all nodes) and must be a multiple"),
+    (["trainer.devices=3"], "data.batch_size=32 is the global batch (all devices of all nodes) and must be a multiple"),
     (["trainer.devices=abc"], "trainer.devices=abc: should be a valid integer or 'auto' or -1 or a valid list"),
-    (["+data.foo=1"], "data.foo is not a setting of data: remove it, or check its spelling"),
+    (["+trainer.foo=1"], "trainer.foo is not an argument of lightning.pytorch.Trainer: it takes accelerator, "),
+    (["+trainer.max_epoch=1"], "trainer.max_epoch is not an argument of lightning.pytorch.Trainer: did you mean "),
+    (["+callbacks.early_stopping.patince=1"], "callbacks.early_stopping.patince is not an argument of lightning."),
     (["test=yes"], "test=yes: should be a valid boolean"),
     (["trainer.limit_train_batches=1.5"], "trainer.limit_train_batches=1.5: should be less than or equal to 1 or "),
     (["strategy=ddp", "trainer.strategy.start_method=x"], "trainer.strategy.start_method=x: should be 'popen', "),

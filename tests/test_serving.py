@@ -20,7 +20,7 @@ from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.trained import loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
-from conftest import DATA_DIR, ROOT, serving
+from conftest import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED, serving
 
 COUNT = 48  # test inputs classified by each server
 
@@ -29,9 +29,9 @@ def _raw_inputs(checkpoint: Path) -> tuple[list[bytes], list[int]]:
     """``COUNT`` test inputs as .npy bodies, before normalisation (what a client sends), and the labels the
     checkpoint's network gives them."""
     saved = load_checkpoint(checkpoint)
-    inputs = sample_inputs(saved, DATA_DIR, COUNT)
+    inputs = sample_inputs(saved, DATA_DIR, COUNT, TRUSTED)
     with torch.inference_mode():
-        expected = loading.network(saved)(inputs).argmax(1).tolist()
+        expected = loading.network(saved, TRUSTED)(inputs).argmax(1).tolist()
     card = model_card.preprocessing(saved)
     raw = (inputs * card["std"] + card["mean"]) * card["scale"] if "mean" in card else inputs
     return [_npy(x) for x in raw.numpy()], expected
@@ -59,7 +59,9 @@ def _classes(answers: list[httpx.Response]) -> list[int]:
 @pytest.mark.slow
 def test_the_server_classifies_as_the_checkpoint_one_by_one_in_a_batch_and_under_load(trained_checkpoint, tmp_path):
     bodies, expected = _raw_inputs(trained_checkpoint)
-    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", "decode=npy", "max_batch_size=8") as url:
+    with serving(
+        tmp_path / "serve", f"ckpt_path={trained_checkpoint}", TRUST_SUITE, "decode=npy", "max_batch_size=8"
+    ) as url:
         assert _classes([_post(url, b) for b in bodies]) == expected
         with ThreadPoolExecutor(16) as clients:  # 16 at once: the server batches them (max_batch_size=8)
             assert _classes(list(clients.map(lambda b: _post(url, b), bodies))) == expected
@@ -91,7 +93,7 @@ BAD = [  # body, content type, status, the reason's words
 def test_each_bad_request_gets_its_reason_alone_and_the_server_goes_on(trained_checkpoint, tmp_path) -> None:
     bodies, expected = _raw_inputs(trained_checkpoint)
     overrides = ["decode=npy", "max_images=8", "max_body_bytes=200_000", "batch_timeout=0.2", "devices=1"]
-    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", *overrides) as url:
+    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", TRUST_SUITE, *overrides) as url:
         for body, content_type, status, reason in BAD:
             answer = _post(url, body, content_type)
             assert (answer.status_code, reason in answer.json()["detail"]) == (status, True), answer.text
@@ -108,7 +110,9 @@ def test_each_bad_request_gets_its_reason_alone_and_the_server_goes_on(trained_c
 @pytest.mark.slow
 def test_an_exported_onnx_model_is_served_with_its_cards_preprocessing(trained_checkpoint, tmp_path) -> None:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("export", [f"ckpt_path={trained_checkpoint}", "format=onnx", f"paths.output_dir={tmp_path}"])
+        cfg = compose(
+            "export", [f"ckpt_path={trained_checkpoint}", "format=onnx", f"paths.output_dir={tmp_path}", TRUST_SUITE]
+        )
     onnx = export(cfg)
     bodies, expected = _raw_inputs(trained_checkpoint)
     with serving(tmp_path / "serve", f"ckpt_path={onnx}", "decode=npy") as url:

@@ -23,15 +23,15 @@ def _png(pixels: np.ndarray, scale: int, dark_on_light: bool) -> bytes:
 
 
 @pytest.mark.slow
-def test_digit_images_are_classified_as_predict_classifies_them_and_bad_ones_get_400(trained_checkpoint, tmp_path):
+def test_digit_images_are_classified_as_predict_classifies_them_and_bad_ones_get_400(trained_example, tmp_path):
     test = MNIST(DATA_DIR, train=False)
     images = [_png(test.data[i].numpy(), 1 + i % 3, i % 2 == 1) for i in range(24)]
-    model = classifier.load(trained_checkpoint, data_dir=DATA_DIR)  # as predict.py loads it
+    model = classifier.load(trained_example, data_dir=DATA_DIR)  # as predict.py loads it
     prepared = np.stack([digits.decode(image, max_pixels=10**6) for image in images])
     expected = model.probabilities(prepared).argmax(1).tolist()
     assert np.mean(np.array(expected) == test.targets[:24].numpy()) > 0.8  # a trained model reads them
 
-    with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", "decode.max_pixels=10_000") as url:
+    with serving(tmp_path / "serve", f"ckpt_path={trained_example}", "decode.max_pixels=10_000") as url:
         answers = [
             httpx.post(f"{url}/predict", content=image, headers={"Content-Type": "image/png"}) for image in images
         ]

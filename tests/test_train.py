@@ -22,9 +22,10 @@ def test_train_logs_every_metric_and_saves_plain_checkpoints(train_cfg, tmp_path
     metrics = train(train_cfg)
     for key in ("train/loss", "val/loss", "val/acc", "val/acc_best", "test/loss", "test/acc"):
         assert key in metrics
-    assert metrics["val/acc"] > 0.6 and metrics["test/acc"] > 0.6  # 20 steps of Adam: well above chance
+    chance = 1 / train_cfg.model.net.classes  # the suite's task (tests/suite_task.py)
+    assert metrics["val/acc"] > 2 * chance and metrics["test/acc"] > 2 * chance  # 20 steps of Adam learned
     checkpoint = torch.load(_best_checkpoint(tmp_path), weights_only=True)  # no pickled objects inside
-    assert checkpoint["config"]["model"]["optimizer"]["lr"] == 1e-3
+    assert checkpoint["config"]["model"]["optimizer"]["lr"] == train_cfg.model.optimizer.lr
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
     assert (tmp_path / "csv" / "metrics.csv").is_file()
 

@@ -13,7 +13,7 @@ from mnistlab.runtime import resume
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import loading
 
-from conftest import MARKER, SHORT, config_payloads, run_script
+from conftest import MARKER, SHORT, TRUSTED, config_payloads, run_script
 
 
 def test_no_config_payload_builds_a_network(trained_checkpoint: Path, tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_no_config_payload_builds_a_data_module(trained_checkpoint: Path, tmp_pa
 
 def test_the_trained_network_and_its_own_layers_still_load(trained_checkpoint: Path) -> None:
     checkpoint = torch.load(trained_checkpoint, weights_only=True)
-    assert isinstance(loading.network(checkpoint), torch.nn.Module)
+    assert isinstance(loading.network(checkpoint, TRUSTED), torch.nn.Module)  # the suite's network, trusted
     checkpoint["config"]["model"]["net"] = {
         "_target_": "torch.nn.Sequential",
         "_args_": [{"_target_": "torch.nn.Flatten"}],

@@ -4,6 +4,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import Any, cast
 
 import lightning as L
 import torch
@@ -27,7 +28,7 @@ from mnistlab.runtime import (
     run_record,
     signals,
 )
-from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, load_checkpoint
+from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, load_checkpoint
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.runtime.stopping import SafeStop
 
@@ -135,11 +136,7 @@ def _log_overrides(cfg: DictConfig) -> None:
 
 def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
     _set_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
-    datamodule = instantiate(cfg.data)
-    model = instantiate(cfg.model)
-    # Plain containers only: checkpoints must load with torch.load(weights_only=True).
-    job_keys = [str(key) for key in cfg if key != "hydra"]  # tests compose with Hydra's own config included
-    model.config = OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True)
+    datamodule, model = _instantiate(cfg.data, "data"), _instantiate(cfg.model, "model")
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
     loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
@@ -149,13 +146,33 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     except (InstantiationException, ValueError, MisconfigurationException) as err:
         raise InputError(f"invalid trainer settings: {err.__cause__ or err}") from err
     batch_hooks.skip_empty(trainer.callbacks)  # Lightning's defaults among them
+    # Plain containers only: checkpoints must load with torch.load(weights_only=True).
+    job_keys = [str(key) for key in cfg if key != "hydra"]  # tests compose with Hydra's own config included
+    config = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.masked_copy(cfg, job_keys), resolve=True))
+    if isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO):  # conf/trainer/: what writes checkpoints
+        trainer.strategy.checkpoint_io.config = config
     compared = hyperparameters.compared(cfg)
     for logger in trainer.loggers:
         logger.log_hyperparams(compared)
-        hyperparameters.save_config(logger, model.config)
+        hyperparameters.save_config(logger, config)
     if isinstance(trainer.accelerator, CPUAccelerator):
         _skip_nvml_probe()
     return datamodule, model, trainer
+
+
+def _instantiate(node: DictConfig, key: str) -> Any:
+    """A user's part, built: a value its class refuses (ValueError, TypeError) is the user's to fix, in one
+    line. Hydra 1.3 wraps the class's error, 1.4 does not."""
+    try:
+        return instantiate(node)
+    except (InstantiationException, ValueError, TypeError) as err:
+        cause = err.__cause__ if isinstance(err, InstantiationException) and err.__cause__ else err
+        if isinstance(cause, InputError):
+            raise cause from err
+        raise InputError(
+            f"{key} ({node.get('_target_')}) refused its settings: {type(cause).__name__}: {cause} "
+            "(HYDRA_FULL_ERROR=1 shows where)"
+        ) from err
 
 
 def _set_matmul_precision(precision: str) -> None:

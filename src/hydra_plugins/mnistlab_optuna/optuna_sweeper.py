@@ -30,7 +30,7 @@ class OptunaSweeper(Sweeper):
         self,
         sampler: Any,
         pruner: Any,
-        direction: Literal["minimize", "maximize"],
+        direction: Literal["minimize", "maximize", "min", "max"],  # min | max: as the run config's mode
         storage: str | None,
         study_name: str | None,
         n_trials: int,
@@ -41,7 +41,8 @@ class OptunaSweeper(Sweeper):
         grace_period: int | None,
         max_retry: int | None,
     ) -> None:
-        self.sampler, self.pruner, self.direction = _built(sampler), _built(pruner), direction
+        self.sampler, self.pruner = _built(sampler), _built(pruner)
+        self.direction: Literal["minimize", "maximize"] = "minimize" if direction in ("min", "minimize") else "maximize"
         self.storage, self.study_name, self.trial_key = storage, study_name, trial_key
         self.n_trials, self.n_jobs = n_trials, n_jobs
         self.params = {str(key): str(value) for key, value in (params or {}).items()}

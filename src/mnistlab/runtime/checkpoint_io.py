@@ -14,6 +14,7 @@ from mnistlab.runtime import launch
 from mnistlab.runtime.checks import InputError
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
+CONFIG_KEY = "config"  # in every checkpoint of train.py: the run's resolved config, plain containers
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -27,14 +28,19 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     from renaming each other's half-written files. Remote paths (``s3://``) keep Lightning's writer.
 
     Stamped with the run that wrote it (``run_id``), so that a run tells its own last.ckpt from
-    another's (``tasks._last_checkpoint``).
+    another's (``tasks._last_checkpoint``), and with the run's config (``config``: set by ``tasks``), so
+    that eval, export and serving rebuild its network whatever LightningModule wrote it.
 
     Read with ``weights_only=True`` and from local files only: a checkpoint is data (README: Trust).
     Lightning would load a URL, and fall back to full unpickling for a file that fails the check.
     """
 
+    config: dict[str, Any] | None = None  # the run's resolved config: plain containers, so weights_only loads it
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
         checkpoint[RUN_ID_KEY] = launch.run_id()
+        if self.config is not None:
+            checkpoint[CONFIG_KEY] = self.config
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         target = Path(path)

@@ -12,7 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 
 
 def compared(cfg: DictConfig) -> dict[str, Any]:
-    """The hyperparameters to log, nested as in the config (loggers flatten them: ``model/optimizer/lr``)."""
+    """The hyperparameters to log, named as loggers name them (``model/optimizer/lr``). Flat, not nested: a
+    group's option and keys of that group (``data=fashion_mnist data.download=false``) are logged side by
+    side as ``data`` and ``data/download``. A listed key the config does not have (another model's) is
+    left out."""
     given = _given()
     chosen: dict[str, Any] = {}
     for key in dict.fromkeys([*(cfg.get("hparams") or []), *given]):
@@ -20,7 +23,7 @@ def compared(cfg: DictConfig) -> dict[str, Any]:
         if value is None or OmegaConf.is_config(value):  # a group's option (strategy=ddp): its name, not its keys
             value = given.get(key)
         if value is not None and not key.startswith("hydra"):
-            _place(chosen, key.split("."), value)
+            chosen[key.replace(".", "/")] = value
     return chosen
 
 
@@ -36,9 +39,3 @@ def _given() -> dict[str, str]:
         return {}
     pairs = (o.split("=", 1) for o in HydraConfig.get().overrides.task if "=" in o)
     return {key.lstrip("+~"): value for key, value in pairs}
-
-
-def _place(tree: dict[str, Any], path: list[str], value: Any) -> None:
-    for part in path[:-1]:
-        tree = tree.setdefault(part, {})
-    tree[path[-1]] = value

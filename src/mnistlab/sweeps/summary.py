@@ -31,12 +31,13 @@ class SweepSummary(Callback):
         keys = varied(jobs)
         _write_csv(sweep / SUMMARY_FILE, jobs, keys, config.optimized_metric)
         _print_table(jobs, keys, config.optimized_metric)
-        if grouped := groups.of(jobs, keys, maximize=config.optimized_direction == "maximize"):
+        maximize = config.get("mode", "max") == "max"  # the run config's: which value of monitor is better
+        if grouped := groups.of(jobs, keys, maximize=maximize):
             groups.show(*grouped, config.optimized_metric)
             groups.write_csv(sweep / groups.GROUPS_FILE, *grouped, config.optimized_metric)
         finished = [(job, job.metric) for job in jobs if job.metric is not None]
         if finished:
-            pick = max if config.optimized_direction == "maximize" else min
+            pick = max if maximize else min
             best, value = pick(finished, key=lambda pair: pair[1])
             print(f"Best: job {best.folder.name}, {config.optimized_metric}={value:.6g}: {best.folder}")
         # Here, not at the top: this callback is loaded by every run, and matplotlib (with what Lightning

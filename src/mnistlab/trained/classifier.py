@@ -4,7 +4,7 @@ as data, ``loading``) or from an exported ``model.onnx`` (its card tells the pre
 classes), so that predict.py, the server and the demo classify alike whatever they were given.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,15 +41,18 @@ class Classifier:
         return self.classes[label] if label < len(self.classes) else str(label)
 
 
-def load(path: str | Path, device: str = "cpu", data_dir: str = "data") -> Classifier:
-    """The classifier in a checkpoint of train.py or an exported ``.onnx``; ``device``: cpu or cuda."""
+def load(
+    path: str | Path, device: str = "cpu", data_dir: str = "data", trusted: Sequence[str] = loading.TRUSTED
+) -> Classifier:
+    """The classifier in a checkpoint of train.py or an exported ``.onnx``; ``device``: cpu or cuda;
+    ``trusted``: the modules whose classes the checkpoint's config may name."""
     path = Path(path)
     if path.suffix == ".onnx":
         return _from_onnx(path, device)
     checkpoint = load_checkpoint(path)
     run_record.warn_if_different(checkpoint, str(path))  # the code; the data is not read here
-    net = loading.network(checkpoint).to(device)
-    datamodule = loading.datamodule(checkpoint, data_dir=data_dir)  # built, never set up: no data is read
+    net = loading.network(checkpoint, trusted).to(device)
+    datamodule = loading.datamodule(checkpoint, trusted, data_dir=data_dir)  # built, never set up: no data is read
     classes = getattr(datamodule, "classes", None) or _numbered(loading.network_config(checkpoint))
     card = {**model_card.preprocessing(checkpoint), "classes": classes}
 

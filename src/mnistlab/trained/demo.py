@@ -60,7 +60,9 @@ def _flattened(drawing: dict[str, Any] | None) -> Image.Image | None:
 
 def page(cfg: DictConfig) -> gradio.Blocks:
     """The demo's page for ``cfg`` (conf/demo.yaml): a sketchpad, the top classes beside it."""
-    model = classifier.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir)  # one drawing at a time: the CPU is enough
+    model = classifier.load(
+        cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules
+    )  # one drawing at a time: the CPU is enough
     pen = gradio.Brush(default_size=cfg.brush, colors=["#000000"], color_mode="fixed")
     with gradio.Blocks(title="Draw a digit") as blocks:
         gradio.Markdown(

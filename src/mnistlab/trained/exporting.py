@@ -12,7 +12,7 @@ import copy
 import json
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,11 @@ Runner = Callable[[Tensor], Tensor]  # the exported file, loaded back: images ->
 
 def export(cfg: DictConfig) -> Path:
     checkpoint = load_checkpoint(Path(cfg.ckpt_path))
-    net = loading.network(checkpoint)
-    images = sample_inputs(checkpoint, cfg.paths.data_dir, cfg.check_images)
-    card = model_card.describe(checkpoint, net, loading.datamodule(checkpoint, data_dir=cfg.paths.data_dir), images)
+    trusted = list(cfg.trusted_modules)
+    net = loading.network(checkpoint, trusted)
+    images = sample_inputs(checkpoint, cfg.paths.data_dir, cfg.check_images, trusted)
+    datamodule = loading.datamodule(checkpoint, trusted, data_dir=cfg.paths.data_dir)
+    card = model_card.describe(checkpoint, net, datamodule, images)
     path = Path(cfg.output_dir) / f"model{SUFFIX[cfg.format]}"
     path.parent.mkdir(parents=True, exist_ok=True)
     run = WRITERS[cfg.format](net, images, path, card)
@@ -56,9 +58,9 @@ def export(cfg: DictConfig) -> Path:
     return path
 
 
-def sample_inputs(checkpoint: dict, data_dir: str, count: int) -> Tensor:
+def sample_inputs(checkpoint: dict, data_dir: str, count: int, trusted: Sequence[str] = loading.TRUSTED) -> Tensor:
     """The first ``count`` test inputs, as the checkpoint's data module serves them to the network."""
-    datamodule = loading.datamodule(checkpoint, data_dir=data_dir)  # this machine's copy, not the run's
+    datamodule = loading.datamodule(checkpoint, trusted, data_dir=data_dir)  # this machine's copy, not the run's
     datamodule.prepare_data()  # downloads the data when it is missing, as training does
     datamodule.setup("test")
     batches, served = [], 0

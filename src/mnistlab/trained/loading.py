@@ -3,11 +3,13 @@ and export use. The checkpoint carries the run's resolved config, so the network
 as it was trained, whatever the overrides of that run were.
 
 A checkpoint is data (README: Trust): it is read with ``weights_only=True``, and its config may only
-name classes this package or ``torch.nn`` defines, checked before anything is imported or built.
+name classes of the trusted modules (this package and ``torch.nn``, or conf/trust.yaml's
+``trusted_modules``), checked before anything is imported or built.
 Rebuilding the network from ``conf/`` instead would be as safe but would lose the run's overrides
 (``model.net.hidden=64``): a checkpoint of another width would not load.
 """
 
+from collections.abc import Sequence
 from typing import Any, TypeGuard
 
 from hydra.errors import InstantiationException
@@ -17,13 +19,14 @@ from torch import nn
 from mnistlab.runtime.checks import InputError
 
 PACKAGE = __name__.partition(".")[0]
-NETWORK_MODULES = (f"{PACKAGE}.", "torch.nn.")  # where a checkpoint's network may come from
-DATA_MODULES = (f"{PACKAGE}.",)  # and its data module (export checks on the test images it serves)
+# Where a checkpoint's network and data module may come from (export checks on the test data it serves),
+# unless the entry point's config names others (conf/trust.yaml).
+TRUSTED = (PACKAGE, "torch.nn")
 
 
-def network(checkpoint: dict[str, Any]) -> nn.Module:
+def network(checkpoint: dict[str, Any], trusted: Sequence[str] = TRUSTED) -> nn.Module:
     """The checkpoint's network (``model.net`` of its run), with its weights, in eval mode."""
-    net = _build(checked(network_config(checkpoint), nn.Module, NETWORK_MODULES, "model.net"), "model.net")
+    net = _build(checked(network_config(checkpoint), nn.Module, _prefixes(trusted), "model.net"), "model.net")
     weights = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
     net.load_state_dict(weights)
     return net.eval()
@@ -34,12 +37,16 @@ def network_config(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return _config(checkpoint, "model", "net")
 
 
-def datamodule(checkpoint: dict[str, Any], **given: Any) -> Any:
+def datamodule(checkpoint: dict[str, Any], trusted: Sequence[str] = TRUSTED, **given: Any) -> Any:
     """The checkpoint's data module (``data`` of its run), with ``given`` arguments replacing its own."""
     from lightning import LightningDataModule
 
-    data = checked(_config(checkpoint, "data"), LightningDataModule, DATA_MODULES, "data")
+    data = checked(_config(checkpoint, "data"), LightningDataModule, _prefixes(trusted), "data")
     return _build(data, "data", **{key: value for key, value in given.items() if key in data})
+
+
+def _prefixes(trusted: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"{module.rstrip('.')}." for module in trusted)
 
 
 def normalization(checkpoint: dict[str, Any]) -> tuple[float, float]:
@@ -74,7 +81,7 @@ def checked(node: Any, base: type, modules: tuple[str, ...], where: str) -> Any:
             cls = get_class(target)
         except Exception as err:  # not a class, or no such one: Hydra raises ValueError or ImportError
             raise _refused(where, target, base, modules) from err
-        if not issubclass(cls, base) or not cls.__module__.startswith(modules):
+        if not issubclass(cls, base) or not f"{cls.__module__}.".startswith(modules):
             raise _refused(where, target, base, modules)
     # Arguments that are nodes of their own (layers of a network) are built too: checked the same way.
     return {key: checked(value, nn.Module, modules, f"{where}.{key}") for key, value in node.items()}

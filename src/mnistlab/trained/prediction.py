@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def predict(cfg: DictConfig) -> list[dict[str, object]]:
     output = _check_output(Path(cfg.output), cfg.overwrite)
     device = _device(cfg.device)
-    model = classifier.load(cfg.ckpt_path, device.type, cfg.paths.data_dir)
+    model = classifier.load(cfg.ckpt_path, device.type, cfg.paths.data_dir, cfg.trusted_modules)
     files = digits.find(Path(cfg.input))
     rows: list[dict[str, object]] = []
     skipped: list[str] = []

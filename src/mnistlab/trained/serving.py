@@ -41,7 +41,7 @@ def serve(cfg: DictConfig) -> None:
     from mnistlab.trained import classifier
 
     instantiate(cfg.decode)  # a bad decode config fails here, in one line
-    probe = classifier.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir)  # so does a bad model file
+    probe = classifier.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules)  # so does a bad model file
     devices = placement(cfg.accelerator, cfg.devices, cfg.workers_per_device)
     threads = max(1, len(os.sched_getaffinity(0)) // len(devices))  # torch's, per process: no oversubscription
     info = {
@@ -154,7 +154,7 @@ def _process(settings: dict, device: str, threads: int, info: dict) -> None:
     torch.set_num_threads(threads)
     logging.getLogger("mnistlab").setLevel(logging.ERROR)  # what loading the model warns, this process's parent said
     cfg = OmegaConf.create(settings)
-    net = classifier.load(cfg.ckpt_path, device, cfg.paths.data_dir)
+    net = classifier.load(cfg.ckpt_path, device, cfg.paths.data_dir, cfg.trusted_modules)
     decode = instantiate(cfg.decode)
     # Hydra (1.3.8) checks its target policy again at each call of an instantiated partial: 100 us, as
     # much as decoding a digit. It was checked once, by instantiate; the same function is called plain.

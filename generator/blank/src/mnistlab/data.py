@@ -1,14 +1,15 @@
 """A placeholder for your data: random 28 x 28 images of 10 classes, each class a fixed random pattern
 under noise, so that everything else (training, checkpoints, resume, DDP, sweeps) runs and learns
-before your data is here. Replace it with your ``LightningDataModule``, and ``conf/data/`` and the
-``Data`` model of ``schema.py`` with it. What the rest of the project relies on: ``batch_size`` is
-the global batch (all devices together), and the loaders shard each batch over the ranks
+before your data is here. Replace it with your ``LightningDataModule``, and ``conf/data/`` with it (its
+keys are checked against your class's arguments). What the rest of the project relies on: ``batch_size``
+is the global batch (all devices together), and the loaders shard each batch over the ranks
 (``runtime/batches.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
 
 import torch
 from torch import Tensor
 
 from mnistlab.runtime.batches import InMemoryDataModule
+from mnistlab.runtime.checks import InputError
 
 # Pixel noise against class patterns of standard deviation 1: the default train.py reaches 98.5% test
 # accuracy in two epochs (89% after 20 steps), so metrics move as on real data rather than sit at 1.0.
@@ -29,6 +30,8 @@ class PlaceholderDataModule(InMemoryDataModule):
         prepare_data_per_node: bool = True,
     ) -> None:
         super().__init__()
+        if val_size >= train_size:
+            raise InputError(f"data.val_size={val_size} leaves no training images of data.train_size={train_size}")
         self.prepare_data_per_node = prepare_data_per_node  # Lightning's: where prepare_data runs (nothing here)
         self.batch_size, self.shuffle_seed = batch_size, shuffle_seed
         self.train_size, self.val_size, self.test_size = train_size, val_size, test_size

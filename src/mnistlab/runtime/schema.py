@@ -1,12 +1,13 @@
-"""The type and range of every key in ``conf/``, checked as soon as Hydra has composed the config.
+"""The type and range of every framework key in ``conf/``, checked as soon as Hydra has composed the config.
 
 Entry points check here before they import torch and Lightning (5 s on a 2-core CPU; pydantic and
 Hydra take 0.3 s): a mistyped value is answered at once, in one line that names the key, the value
 and what is allowed, instead of a traceback from inside Lightning minutes into a run.
 
-The models mirror the config groups. A node that Hydra instantiates keeps its ``_target_`` and may
-carry more of its class's arguments than are listed (``+trainer.benchmark=true``): those the class
-itself checks. Nodes of this package's own classes (``data``, ``model``) list every argument.
+The models mirror the framework's config groups (trainer, strategy, paths, the machinery's callbacks,
+the entry points' own keys). The user's parts (``data``, ``model`` and whatever else a node's
+``_target_`` names) have no model here: every node Hydra instantiates is checked against its target's
+own signature (``signatures.py``), so a data module of your own needs no schema to run.
 """
 
 from typing import Annotated, Any, Literal
@@ -14,6 +15,7 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from mnistlab.runtime import signatures
 from mnistlab.runtime.checks import InputError, indivisible_batch
 
 Positive = Annotated[int, Field(ge=1)]
@@ -78,44 +80,12 @@ class Trainer(Target):
     profiler: Target | Literal["simple", "advanced", "pytorch"] | None = None
 
 
-class Data(Target):
-    model_config = ConfigDict(extra="forbid")
-    data_dir: str
-    dataset: str  # torchvision.datasets' class of a data set in MNIST's format
-    batch_size: Positive  # global
-    val_size: Annotated[int, Field(ge=1, le=59_999)]  # of the 60,000 training images
-    folds: Positive = 1  # K-fold cross-validation with K > 1
-    fold: Annotated[int, Field(ge=0)] = 0  # the validating fold, below folds
-    split_seed: int
-    shuffle_seed: int
-    mean: float
-    std: PositiveFloat
-    download: bool
-    download_timeout: PositiveFloat
-    num_classes: Positive
-    prepare_data_per_node: bool
+class Optimizer(Target):  # any torch.optim class: the one argument they all share is torch's, checked here
+    lr: PositiveFloat | None = None
 
 
-class Network(Target):  # any nn.Module; these are SimpleNN's
-    in_features: Positive | None = None
-    hidden: Positive | None = None
-    num_classes: Positive | None = None
-
-
-class Optimizer(Target):  # any torch.optim class; these are the arguments most of them share
-    lr: PositiveFloat
-    weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    fused: bool | None = None
-
-
-class Model(Target):
-    model_config = ConfigDict(extra="forbid")
-    net: Network
-    optimizer: Optimizer
-    scheduler: Target | None
-    scheduler_interval: Literal["epoch", "step"]
-    num_classes: Positive
-    compile: bool
+class Model(Target):  # the LightningModule: its own signature checks its keys (signatures.py)
+    optimizer: Optimizer | None = None
 
 
 class Checkpoint(Target):
@@ -142,7 +112,6 @@ class SafeStop(Target):
 
 
 class TestPictures(Target):
-    num_classes: Positive
     misclassified: NonNegative
     png_dir: str | None
 
@@ -175,7 +144,9 @@ class Run(Node):
     print_config: bool = True
     hparams: list[str] = []  # config keys the loggers record as hyperparameters
     float32_matmul_precision: Literal["highest", "high", "medium"]
-    data: Data
+    monitor: str  # a metric the module logs at validation
+    mode: Literal["min", "max"]
+    data: Target  # the data module: its own signature checks its keys (signatures.py)
     model: Model
     trainer: Trainer
     callbacks: Callbacks | None = None
@@ -189,7 +160,6 @@ class TrainConfig(Run):
     resume: str | None = None
     test: bool
     optimized_metric: str | None
-    optimized_direction: Literal["maximize", "minimize"] = "maximize"
     optuna_trial: NonNegative | None = None  # set by the Optuna sweeper for its jobs (hparams_search=mnist_optuna)
 
     @model_validator(mode="after")
@@ -197,8 +167,9 @@ class TrainConfig(Run):
         devices, nodes = self.trainer.devices, self.trainer.num_nodes
         per_node = len(devices) if isinstance(devices, list) else devices
         world = per_node * nodes if isinstance(per_node, int) and per_node != -1 else 1  # "auto", -1: unknown yet
-        if self.data.batch_size % world:
-            raise ValueError(indivisible_batch(self.data.batch_size, world))
+        batch = (self.data.model_extra or {}).get("batch_size")  # a data module of this project's kind: global
+        if isinstance(batch, int) and not isinstance(batch, bool) and batch % world:
+            raise ValueError(indivisible_batch(batch, world))
         return self
 
 
@@ -215,6 +186,7 @@ class PredictConfig(Node):
     max_pixels: Positive
     batch_size: Positive
     device: Literal["auto", "cpu", "cuda"]
+    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
@@ -226,6 +198,7 @@ class ExportConfig(Node):
     output_dir: str
     check_images: Positive
     tolerance: PositiveFloat
+    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
@@ -244,6 +217,7 @@ class ServeConfig(Node):
     max_body_bytes: Positive
     timeout: PositiveFloat | int
     decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments
+    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
@@ -257,6 +231,7 @@ class DemoConfig(Node):
     brush: Positive
     canvas: Annotated[int, Field(ge=28)]
     decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments
+    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
@@ -270,6 +245,10 @@ def check(cfg: DictConfig, schema: type[Node]) -> None:
         schema.model_validate(values)
     except ValidationError as err:
         raise InputError(_describe(err, values)) from None
+    assert isinstance(values, dict)
+    for key, node in values.items():
+        if key != "hydra":
+            signatures.check_tree(node, str(key))
 
 
 def _describe(err: ValidationError, values: Any) -> str:

@@ -1,0 +1,315 @@
+"""The keys of a config node checked against the signature of the class (or function) its ``_target_`` names.
+
+A user's parts (data module, network, LightningModule, optimizer, scheduler, callbacks) have no schema of
+their own to keep in step: their constructor is their schema. It is read from the source with ``ast``,
+never imported, so that a typo is answered before torch loads (and a target named in a checkpoint's config
+runs nothing). Only what the source states is checked: an unknown key (where there is no ``**kwargs``), a
+required argument with no value (unless ``_partial_``), and a value that contradicts a plain annotation
+(int, float, str, bool, ``Literal``, ``Optional``, unions, paths, lists, dicts). Whatever cannot be read
+statically (a class built at run time, an annotation of another type) is left to the class itself.
+"""
+
+import ast
+import difflib
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from mnistlab.runtime.checks import InputError
+
+HYDRA_KEYS = {"_target_", "_partial_", "_args_", "_recursive_", "_convert_"}
+MAX_HOPS = 8  # re-exports and base classes followed before giving up (an unreadable chain is not checked)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    annotation: ast.expr | None
+    required: bool
+    defaults_to_none: bool
+
+
+@dataclass(frozen=True)
+class Signature:
+    target: str
+    parameters: dict[str, Parameter]
+    any_keyword: bool  # **kwargs: any key is accepted
+
+    def describe(self) -> str:
+        return f"{self.target}({', '.join(self.parameters)})"
+
+
+def check_tree(value: Any, key: str) -> None:
+    """Check every node with a ``_target_`` in ``value`` (a resolved config or part of it), inner ones first;
+    ``key`` is the place of ``value`` in the config (``data``, ``model``)."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for name, item in items:
+        check_tree(item, f"{key}.{name}")
+    if isinstance(value, dict) and isinstance(value.get("_target_"), str):
+        check_node(value, key)
+
+
+def check_node(node: dict[str, Any], key: str) -> None:
+    """Refuse, in one line naming the key, what ``node``'s ``_target_`` does not accept; ``key`` is the
+    node's place in the config (``data``, ``model.net``)."""
+    target = node["_target_"]
+    if importlib.util.find_spec(target.partition(".")[0]) is None:
+        raise InputError(f"{key}._target_={target}: no module {target.partition('.')[0]} is installed")
+    if (signature := read(target)) is None:
+        return
+    given = {name: value for name, value in node.items() if name not in HYDRA_KEYS}
+    if not signature.any_keyword:
+        for name in given.keys() - signature.parameters.keys():
+            close = difflib.get_close_matches(name, signature.parameters, n=1)
+            hint = f"did you mean {key}.{close[0]}?" if close else f"it takes {', '.join(signature.parameters)}"
+            raise InputError(f"{key}.{name} is not an argument of {signature.target}: {hint}")
+    if not node.get("_partial_") and "_args_" not in node:
+        for parameter in signature.parameters.values():
+            if parameter.required and parameter.name not in given:
+                raise InputError(
+                    f"{key}.{parameter.name} is missing: {signature.target} needs it; give it in the node's YAML "
+                    f"or as {key}.{parameter.name}=..."
+                )
+    for name, value in given.items():
+        accepted = signature.parameters.get(name)
+        if accepted is None or accepted.annotation is None or (value is None and accepted.defaults_to_none):
+            continue
+        if (expected := _mismatch(value, accepted.annotation)) is not None:
+            raise InputError(f"{key}.{name}={_show(value)}: should be {expected} ({signature.target})")
+
+
+@cache
+def read(target: str) -> Signature | None:
+    """The signature of the class or function ``target`` names (``package.module.Name``), from its source;
+    None when it cannot be found or read without running code."""
+    module, _, name = target.rpartition(".")
+    found = _find(module, name, hops=0) if module else None
+    if found is None:
+        return None
+    if isinstance(found.definition, ast.ClassDef):
+        init = _initializer(found, hops=0)
+        if init is None:
+            return None
+        arguments, skip = init, 1  # self
+    else:
+        arguments, skip = found.definition.args, 0
+    return _signature(target, arguments, skip)
+
+
+def _signature(target: str, arguments: ast.arguments, skip: int) -> Signature:
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
+    pairs = list(zip(positional, defaults, strict=True))[skip:]
+    pairs += list(zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True))
+    positional_only = {a.arg for a in arguments.posonlyargs}
+    parameters = {
+        arg.arg: Parameter(
+            arg.arg,
+            arg.annotation,
+            required=default is None,
+            defaults_to_none=isinstance(default, ast.Constant) and default.value is None,
+        )
+        for arg, default in pairs
+        if arg.arg not in positional_only
+    }
+    return Signature(target, parameters, any_keyword=arguments.kwarg is not None)
+
+
+Definition = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class Found:
+    """A definition, with the module that holds it (for the names that module imports)."""
+
+    definition: Definition
+    tree: ast.Module
+    module: str
+    path: Path
+
+
+def _find(module: str, name: str, hops: int) -> Found | None:
+    """The definition of ``name`` in ``module``, following re-exports (``from .adam import Adam``)."""
+    path = _source(module)
+    if path is None or hops > MAX_HOPS:
+        return None
+    tree = _parse(path)
+    stars = []
+    for statement in reversed(tree.body):  # the last binding wins, as at run time
+        if isinstance(statement, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == name:
+            return Found(statement, tree, module, path)
+        if isinstance(statement, ast.ImportFrom):
+            origin = _absolute(module, path, statement)
+            for alias in statement.names:
+                if (alias.asname or alias.name) == name:
+                    return _find(origin, alias.name, hops + 1) if origin else None
+                if alias.name == "*" and origin:
+                    stars.append(origin)
+    for origin in stars:  # from .modules import *
+        if found := _find(origin, name, hops + 1):
+            return found
+    return None
+
+
+def _initializer(found: Found, hops: int) -> ast.arguments | None:
+    """The arguments of the class's ``__init__`` (or ``__new__``), its first base's where it has neither
+    (object's: none at all)."""
+    cls = found.definition
+    assert isinstance(cls, ast.ClassDef)
+    if hops > MAX_HOPS or any(_decorator_name(d) in {"dataclass", "define", "attrs"} for d in cls.decorator_list):
+        return None  # generated initialisers are not in the source
+    for name in ("__init__", "__new__"):  # datetime.timedelta has only the second
+        for statement in cls.body:
+            if isinstance(statement, ast.FunctionDef) and statement.name == name:
+                return statement.args
+    bases = [b for b in cls.bases if _dotted(b) not in {"object", "Generic", "typing.Generic", "ABC", "abc.ABC"}]
+    if not bases:
+        return ast.arguments(posonlyargs=[], args=[ast.arg("self")], kwonlyargs=[], kw_defaults=[], defaults=[])
+    base = _dotted(bases[0].value if isinstance(bases[0], ast.Subscript) else bases[0])
+    parent = _resolve(found, base) if base else None
+    if parent is None or not isinstance(parent.definition, ast.ClassDef):
+        return None
+    return _initializer(parent, hops + 1)
+
+
+def _resolve(where: Found, dotted: str) -> Found | None:
+    """What a (possibly dotted) name in the module of ``where`` refers to: a class of it, or an import."""
+    head, _, rest = dotted.partition(".")
+    for statement in where.tree.body:
+        if isinstance(statement, ast.ClassDef) and statement.name == dotted:
+            return Found(statement, where.tree, where.module, where.path)
+        if isinstance(statement, ast.ImportFrom):
+            for alias in statement.names:
+                origin = _absolute(where.module, where.path, statement)
+                if (alias.asname or alias.name) == head and origin:
+                    # from lightning import pytorch as pl; pl.LightningModule: the name may be a module
+                    inner, _, name = f"{origin}.{alias.name}.{rest}".rstrip(".").rpartition(".")
+                    return _find(inner, name, 1) if rest else _find(origin, alias.name, 1)
+        if isinstance(statement, ast.Import):
+            for alias in statement.names:
+                if (alias.asname or alias.name.partition(".")[0]) == head and rest:
+                    real = alias.name if alias.asname else head
+                    inner, _, name = f"{real}.{rest}".rpartition(".")
+                    return _find(inner, name, 1)
+    return None
+
+
+def _absolute(module: str, path: Path, statement: ast.ImportFrom) -> str | None:
+    if not statement.level:
+        return statement.module
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for _ in range(statement.level - 1):
+        package = package.rpartition(".")[0]
+    return ".".join(p for p in (package, statement.module) if p) or None
+
+
+@cache
+def _source(module: str) -> Path | None:
+    """The source file of ``module``, found without importing it or its parents (find_spec of a
+    submodule would import its package: torch's, five seconds)."""
+    top, *parts = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])]
+    path = Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for part in parts:
+        path = next((f / part / "__init__.py" for f in folders if (f / part / "__init__.py").is_file()), None) or next(
+            (f / f"{part}.py" for f in folders if (f / f"{part}.py").is_file()), None
+        )
+        folders = [f / part for f in folders if (f / part).is_dir()]
+        if path is None and not folders:
+            return None
+    return path
+
+
+@cache
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_bytes(), filename=str(path))
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}" if _dotted(node.value) else ""
+    return ""
+
+
+def _decorator_name(node: ast.expr) -> str:
+    return _dotted(node.func if isinstance(node, ast.Call) else node).rpartition(".")[2]
+
+
+# What each plain annotation admits of a config value (YAML's: int, float, str, bool, None, list, dict).
+SIMPLE: dict[str, tuple[str, Any]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "Path": ("a path", lambda v: isinstance(v, str)),
+    "PathLike": ("a path", lambda v: isinstance(v, str)),
+    "list": ("a list", lambda v: isinstance(v, list)),
+    "List": ("a list", lambda v: isinstance(v, list)),
+    "Sequence": ("a list", lambda v: isinstance(v, list)),
+    "tuple": ("a list", lambda v: isinstance(v, list)),
+    "Tuple": ("a list", lambda v: isinstance(v, list)),
+    "dict": ("a mapping", lambda v: isinstance(v, dict)),
+    "Dict": ("a mapping", lambda v: isinstance(v, dict)),
+    "Mapping": ("a mapping", lambda v: isinstance(v, dict)),
+    "None": ("null", lambda v: v is None),
+}
+
+
+def _mismatch(value: Any, annotation: ast.expr) -> str | None:
+    """What ``annotation`` asks for, where ``value`` is not that; None where it fits or cannot be told."""
+    if isinstance(value, dict) and "_target_" in value:
+        return None  # instantiated: its type is known only at run time
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # "Foo": a forward reference
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return None
+    members = _union(annotation)
+    if members is not None:
+        wanted = [_mismatch(value, member) for member in members]
+        return None if None in wanted else " or ".join(dict.fromkeys(w for w in wanted if w))
+    if isinstance(annotation, ast.Constant) and annotation.value is None:
+        return None if value is None else "null"
+    if isinstance(annotation, ast.Subscript):
+        outer = _dotted(annotation.value).rpartition(".")[2]
+        if outer == "Literal":
+            options = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+            allowed = [o.value for o in options if isinstance(o, ast.Constant)]
+            if len(allowed) < len(options):
+                return None
+            fits = any(value == a and type(value) is type(a) for a in allowed)
+            return None if fits else " or ".join(repr(a) for a in allowed)
+        annotation = annotation.value  # list[int]: a list (its items are the target's business)
+    name = _dotted(annotation).rpartition(".")[2]
+    if name not in SIMPLE:
+        return None
+    description, fits = SIMPLE[name]
+    return None if fits(value) else description
+
+
+def _union(annotation: ast.expr) -> list[ast.expr] | None:
+    """The members of ``A | B``, ``Union[A, B]`` or ``Optional[A]``; None for anything else."""
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return [*(_union(annotation.left) or [annotation.left]), *(_union(annotation.right) or [annotation.right])]
+    if isinstance(annotation, ast.Subscript):
+        outer = _dotted(annotation.value).rpartition(".")[2]
+        inner = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        if outer == "Union":
+            return list(inner)
+        if outer == "Optional":
+            return [*inner, ast.Constant(None)]
+    return None
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
