@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
@@ -30,9 +31,8 @@ DATA_DIR = os.environ.setdefault("DATA_DIR", str(ROOT / "data"))
 ENVIRONMENT = dict(os.environ)
 IN_CI = os.environ.get("CI") == "true"  # .ci/run sets it: there, only a hardware skip is a skip
 
-# What the machinery's tests train: the suite's own task (tests/suite_task.py, tests/conf/), never the example,
-# so that they pass whatever a user makes of network.py, module.py, data.py, conf/data/ and conf/model/.
-SUITE = [f"hydra.searchpath=[file://{ROOT / 'tests' / 'conf'}]", "data=suite", "model=suite"]
+SUITE = processes.SUITE  # what the machinery's tests train: the suite's own task (tests/suite_task.py)
+SUITE_DATA = yaml.safe_load((ROOT / "tests" / "conf" / "data" / "suite.yaml").read_text())  # its sizes, by name
 # What the example's own tests and the contract test train: whatever conf/ composes by default.
 OWN: list[str] = []
 # The modules a checkpoint of the suite's task names (conf/trust.yaml's, and the suite's own).
@@ -203,7 +203,7 @@ def compose_config(
         )
 
 
-TRAINERS = ("train.py", "eval.py")  # the entry points whose config holds a Trainer
+TRAINERS = processes.TRAINERS  # the entry points whose config holds a Trainer
 
 
 def run_script(
@@ -212,9 +212,10 @@ def run_script(
     """Run an entry point as a user would, in its own process (needed for DDP: Lightning re-runs it), on
     ``task`` (see compose_config). ``cpu``: first of all, trainer.accelerator=cpu: the tests mean CPU
     processes (gloo), which auto would turn into GPUs (nccl) on a machine that has some."""
-    pinned = [*task, *(["trainer.accelerator=cpu"] if cpu else [])] if script in TRAINERS else []
+    pinned = ["trainer.accelerator=cpu"] if cpu and script in TRAINERS else []
     flags = list(itertools.takewhile(lambda arg: arg.startswith("-"), overrides))  # -m: before any override
-    return processes.run(processes.python(script, *flags, *pinned, *overrides[len(flags) :]), timeout=timeout)
+    command = processes.python(script, *flags, *pinned, *overrides[len(flags) :], task=task)
+    return processes.run(command, timeout=timeout)
 
 
 # Runs from the same seed over the same 2 epochs of 20 global batches (the second epoch reshuffled): one

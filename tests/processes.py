@@ -2,6 +2,7 @@
 times out ends the process and every rank it started (one ``killpg``), and no orphaned rank slows
 the tests after it."""
 
+import itertools
 import os
 import signal
 import subprocess
@@ -12,6 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# What the machinery's tests train: the suite's own task (tests/suite_task.py, tests/conf/), never the example,
+# so that they pass whatever a user makes of network.py, module.py, data.py, conf/data/ and conf/model/.
+SUITE = [f"hydra.searchpath=[file://{ROOT / 'tests' / 'conf'}]", "data=suite", "model=suite"]
+TRAINERS = ("train.py", "eval.py")  # the entry points whose config holds a Trainer: they take a task
 in_slow_test = True  # set by conftest for each test: only a test marked slow may start a process
 started: list[subprocess.Popen[str]] = []  # this test's, ended with it (conftest), whatever became of the test
 
@@ -31,7 +36,7 @@ def start(
     process = subprocess.Popen(
         list(command),
         cwd=cwd,
-        env=_with_faults(env),
+        env=with_tests_importable(env),
         stdout=output,
         stderr=errors,
         text=True,
@@ -88,11 +93,16 @@ def _check_slow(command: Sequence[str]) -> None:
         pytest.fail(f"this test starts a process ({' '.join(map(str, command))[:200]}): mark it slow")
 
 
-def _with_faults(env: dict[str, str] | None) -> dict[str, str]:
+def with_tests_importable(env: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(ROOT / "tests")]))
     return env
 
 
-def python(script: str, *args: str) -> list[str]:
-    return [sys.executable, str(ROOT / script), *args]
+def python(script: str, *args: str, task: Sequence[str] = SUITE) -> list[str]:
+    """``python <script> <args>``; for train.py and eval.py, training ``task`` (the suite's by default),
+    given after Hydra's flags (``-m``) and before ``args``, which may override it."""
+    if script not in TRAINERS:
+        return [sys.executable, str(ROOT / script), *args]
+    flags = list(itertools.takewhile(lambda arg: arg.startswith("-"), args))
+    return [sys.executable, str(ROOT / script), *flags, *task, *args[len(flags) :]]

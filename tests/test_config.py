@@ -11,7 +11,7 @@ from mnistlab.runtime import ddp, schema
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.tasks import train
 
-from conftest import OWN, ROOT, SUITE, compose_config, run_script
+from conftest import OWN, ROOT, SUITE, SUITE_DATA, compose_config, run_script
 
 CONF = ROOT / "conf"
 USERS = {"data", "model", "model/scheduler", "experiment"}  # the user's groups: composed with the user's other defaults
@@ -146,26 +146,32 @@ def _net(run: Path) -> dict:
 
 
 # Each option that changes what a run does, run as a user runs it (shrunk), and what it promises
-# read back from the run's folder: (its overrides, shrinking ones, a check of the run folder).
+# read back from the run's folder: (its overrides, shrinking ones, a check of the run folder, the task).
 TINY = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]
+BATCH = SUITE_DATA["batch_size"]
+EPOCH = SUITE_DATA["train_size"] // BATCH  # batches an epoch
 OPTION_RUNS = {
-    "debug=fdr": ([], lambda run: _metrics(run)["test/samples"] == 64 and not list(run.rglob("*.ckpt"))),
-    "debug=overfit": (["trainer.max_epochs=2"], lambda run: _metrics(run)["val/samples"] == 3 * 64),
-    "debug=limit": ([], lambda run: _net(run)["global_step"] == 2 * int(0.1 * 860)),  # 860 batches an epoch
-    "debug=profiler": (TINY, lambda run: "Action" in (run / "fit-profile.txt").read_text()),
+    "debug=fdr": ([], lambda run: _metrics(run)["test/samples"] == BATCH and not list(run.rglob("*.ckpt")), SUITE),
+    "debug=overfit": (["trainer.max_epochs=2"], lambda run: _metrics(run)["val/samples"] == 3 * BATCH, SUITE),
+    "debug=limit": ([], lambda run: _net(run)["global_step"] == 2 * int(0.1 * EPOCH), SUITE),
+    "debug=profiler": (TINY, lambda run: "Action" in (run / "fit-profile.txt").read_text(), SUITE),
+    "strategy=ddp_spawn": (
+        [*TINY, "trainer.devices=2", "trainer.max_epochs=1"],
+        # Each sample counted once: the ranks' metric states are their own (the module's setup resets them).
+        lambda run: _net(run)["global_step"] == 4 and _metrics(run)["test/samples"] == 2 * BATCH,
+        SUITE,
+    ),
+    # The example's own options (experiment/, model/scheduler/, the example module's compile):
     "experiment=cosine_wide": (
         [*TINY, "trainer.max_epochs=1"],
         lambda run: _net(run)["state_dict"]["net.layers.0.weight"].shape == (512, 784),
+        OWN,
     ),
-    "strategy=ddp_spawn": (
-        [*TINY, "trainer.devices=2", "trainer.max_epochs=1"],
-        # Each image counted once: the ranks' metric states are their own (module.Classifier.setup).
-        lambda run: _net(run)["global_step"] == 4 and _metrics(run)["test/samples"] == 2 * 64,
-    ),
-    "model.compile=true": (["debug=fdr"], lambda run: _metrics(run)["test/samples"] == 64),
+    "model.compile=true": (["debug=fdr"], lambda run: _metrics(run)["test/samples"] == 64, OWN),
     "model/scheduler=plateau": (
         [*TINY, "trainer.max_epochs=2"],
         lambda run: _net(run)["lr_schedulers"][0]["patience"] == 1,
+        OWN,
     ),
 }
 
@@ -173,22 +179,26 @@ OPTION_RUNS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("option", OPTION_RUNS)
 def test_every_option_that_changes_a_run_runs(option: str, tmp_path: Path) -> None:
-    shrunk, check = OPTION_RUNS[option]
+    shrunk, check, task = OPTION_RUNS[option]
     if option.startswith("strategy="):  # Lightning starts the ranks from the script: a process of its own
-        result = run_script("train.py", option, *shrunk, "logger=none", f"hydra.run.dir={tmp_path}", timeout=400)
+        command = [option, *shrunk, "logger=none", f"hydra.run.dir={tmp_path}"]
+        result = run_script("train.py", *command, timeout=400, task=task)
         assert result.returncode == 0, result.stderr[-3000:]
     else:
-        train(compose_config("train", tmp_path, [option, *shrunk, "logger=none"]))
+        train(compose_config("train", tmp_path, [option, *shrunk, "logger=none"], task=task))
     assert check(tmp_path), sorted(p.name for p in tmp_path.rglob("*"))
 
 
 @pytest.mark.slow
-def test_optimized_direction_minimize_picks_the_job_with_the_lowest_metric(tmp_path: Path) -> None:
+def test_a_minimised_monitor_picks_the_job_with_the_lowest_metric(tmp_path: Path) -> None:
     lrs = "model.optimizer.lr=1e-3,1e-1"  # the second ends with the higher loss
-    low = ["optimized_metric=val/loss", "optimized_direction=minimize", *TINY, "trainer.max_epochs=1"]
+    low = ["monitor=val/loss", "mode=min", *TINY, "trainer.max_epochs=2"]
     result = run_script("train.py", "-m", lrs, *low, "logger=none", f"paths.log_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    losses = {job: _metrics(sweep / job)["val/loss"] for job in ("0", "1")}
+    losses = {job: _metrics(sweep / job)["val/loss_best"] for job in ("0", "1")}
+    for job in ("0", "1"):  # the best of the run's validations: the lower
+        metrics, (best,) = _metrics(sweep / job), (sweep / job / "checkpoints").glob("epoch*.ckpt")
+        assert metrics["val/loss_best"] <= metrics["val/loss"] and f"{losses[job]:.4f}" in best.name
     best = min(losses, key=losses.get)
-    assert f"Best: job {best}, val/loss={losses[best]:.6g}: {sweep / best}" in result.stdout
+    assert f"Best: job {best}, val/loss_best={losses[best]:.6g}: {sweep / best}" in result.stdout

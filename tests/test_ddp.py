@@ -14,6 +14,8 @@ from conftest import (
     EQUIVALENCE,
     ROOT,
     SHORT,
+    SUITE,
+    SUITE_DATA,
     assert_one_run,
     assert_trained_as_one_process,
     free_port,
@@ -55,14 +57,15 @@ def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Pa
     assert all("Tested " in (run / log).read_text() for log in FOUR_RANK_LOGS)
     assert "[rank: 1]" not in result.stdout + result.stderr
     metrics = json.loads((run / "metrics.json").read_text())
-    assert metrics["test/samples"] == 2 * 64 and metrics["val/samples"] == 5000  # each image once, 4 ranks
+    # Each sample once, on 4 ranks: the test's 2 global batches, the whole validation set.
+    assert metrics["test/samples"] == 2 * SUITE_DATA["batch_size"] and metrics["val/samples"] == SUITE_DATA["val_size"]
     assert_trained_as_one_process(run, one_process)
 
 
 def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_process, tmp_path: Path) -> None:
     checkpoint = one_process / "checkpoints" / "last.ckpt"
     results = []
-    # 10,000 images do not divide by 3, nor a batch of 100: evaluation takes any batch on any processes.
+    # The test set does not divide by 3, nor into batches of 100: evaluation takes any batch on any processes.
     for batch, ranks in (("64", []), ("100", ["strategy=ddp", "trainer.devices=3"])):
         out = tmp_path / str(len(ranks))
         result = run_script(
@@ -72,7 +75,7 @@ def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_p
         assert result.returncode == 0, result.stderr[-3000:]
         results.append(json.loads((out / "metrics.json").read_text()))
     single, three = results
-    assert single["test/samples"] == three["test/samples"] == 10_000
+    assert single["test/samples"] == three["test/samples"] == SUITE_DATA["test_size"]
     assert three["test/acc"] == single["test/acc"]
     assert three["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)
     assert {p.name for p in (tmp_path / "2").glob("*.log")} == {
@@ -87,7 +90,7 @@ def _torchrun(*args: str) -> subprocess.Popen[str]:
 
 def test_torchrun_four_ranks_train_as_one_process_inone_run(one_process: Path, tmp_path: Path) -> None:
     run = _torchrun(
-        "--standalone", "--nproc_per_node=4", "train.py", *EQUIVALENCE, "strategy=ddp", "trainer.devices=4",
+        "--standalone", "--nproc_per_node=4", "train.py", *SUITE, *EQUIVALENCE, "strategy=ddp", "trainer.devices=4",
         f"paths.log_dir={tmp_path}",
     )  # fmt: skip
     output = processes.finish(run)
@@ -99,7 +102,7 @@ def test_torchrun_four_ranks_train_as_one_process_inone_run(one_process: Path, t
 def test_two_simulated_nodes_of_two_processes_under_torchrun(one_process: Path, tmp_path: Path) -> None:
     port = free_port()
     machine = ["--nnodes=2", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}"]
-    script = ["train.py", *EQUIVALENCE, *FOUR_BY_HAND, f"paths.log_dir={tmp_path}"]
+    script = ["train.py", *SUITE, *EQUIVALENCE, *FOUR_BY_HAND, f"paths.log_dir={tmp_path}"]
     agents = [_torchrun(*machine, f"--node_rank={node}", *script) for node in (0, 1)]
     outputs = [processes.finish(agent) for agent in agents]
     assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]

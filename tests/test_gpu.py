@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import EQUIVALENCE, SHORT, assert_same_training, last_checkpoint, run_script
+from conftest import EQUIVALENCE, SHORT, SUITE_DATA, assert_same_training, last_checkpoint, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,7 @@ def _run(out: Path, *overrides: str) -> Path:
 def test_a_fast_dev_run_trains_and_tests_on_the_gpu(tmp_path: Path) -> None:
     run = _run(tmp_path, "debug=fdr")
     assert "GPU available: True (cuda), used: True" in (run / "train.log").read_text()
-    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 64
+    assert json.loads((run / "metrics.json").read_text())["test/samples"] == SUITE_DATA["batch_size"]
 
 
 @pytest.mark.gpu

@@ -20,6 +20,8 @@ from mnistlab.tasks import train
 import processes
 from conftest import (
     DETERMINISTIC,
+    SUITE,
+    SUITE_DATA,
     assert_same_training,
     assert_same_weights,
     assert_trained_as_one_process,
@@ -240,11 +242,12 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     longer = [
         *["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=2"],
         *["trainer.limit_train_batches=200", "trainer.limit_val_batches=5", "trainer.limit_test_batches=5"],
+        f"data.train_size={200 * SUITE_DATA['batch_size']}",  # 200 batches an epoch
         *["callbacks.last_checkpoint.every_n_train_steps=20", "callbacks.last_checkpoint.every_n_epochs=null"],
     ]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts=1", "--nproc_per_node=2"]
     console = (tmp_path / "console.txt").open("w")  # not a pipe: nobody reads it while the test waits
-    agent = processes.start([*torchrun, "train.py", *longer, f"paths.log_dir={tmp_path}"], output=console)
+    agent = processes.start([*torchrun, "train.py", *SUITE, *longer, f"paths.log_dir={tmp_path}"], output=console)
     deadline = time.monotonic() + 120
     while not list(tmp_path.glob("train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -257,7 +260,7 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     log = (run / "train.log").read_text()
     assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}, this run folder's last checkpoint" in log
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 400
-    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * 64
+    assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * SUITE_DATA["batch_size"]
 
 
 def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog, monkeypatch) -> None:

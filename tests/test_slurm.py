@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 
 import processes
-from conftest import DETERMINISTIC, ROOT, assert_same_weights, free_port
+from conftest import DETERMINISTIC, ROOT, SUITE, assert_same_weights, free_port
 from conftest import last_checkpoint as _last
 
 pytestmark = pytest.mark.slow
@@ -49,6 +49,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         ["bash", CLUSTER, "start", folder, *ports], capture_output=True, text=True, timeout=120, check=False
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")} | {"SLURM_CONF": f"{folder}/slurm.conf"}
+    env = processes.with_tests_importable(env)  # the suite's task (suite_task), the faults, in every job
     try:
         if started.returncode:
             pytest.skip(f"the cluster did not start: {started.stderr.strip()[-500:]}")
@@ -59,7 +60,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 def _sbatch(env: dict[str, str], out: Path, *overrides: str, options: tuple[str, ...] = ()) -> str:
     """Submit slurm/train.sbatch from the project's folder (as the README says); return the job id."""
-    command = ["sbatch", "--parsable", "--cpus-per-task=1", f"--output={out}/slurm-%j.out", *options, SBATCH]
+    command = ["sbatch", "--parsable", "--cpus-per-task=1", f"--output={out}/slurm-%j.out", *options, SBATCH, *SUITE]
     submitted = subprocess.run(
         [*command, *overrides, f"paths.log_dir={out}"],
         cwd=ROOT,
@@ -194,7 +195,7 @@ def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_survives_a_failed_one_and_p
     rank 0's train.log, rank 1's own log; the study gets each job's real val/acc_best, the failure, the
     pruned trial."""
     command = [
-        *(sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hparams_search=mnist_optuna"),
+        *(sys.executable, "train.py", "-m", *SUITE, "hydra/launcher=slurm", "hparams_search=mnist_optuna"),
         *("hydra.sweeper.params=null", "model.optimizer.lr=choice(1e-3,1e30,1e-7)", "hydra/sweeper/sampler=grid"),
         *("hydra.sweeper.sampler.seed=5", "hydra.sweeper.n_trials=3"),
         *("hydra.sweeper.pruner.n_startup_trials=1", "hydra.sweeper.pruner.n_warmup_steps=0"),
@@ -228,7 +229,7 @@ def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_survives_a_failed_one_and_p
 def test_a_sweep_job_warned_by_submitit_resumes_from_the_step_the_signal_came(slurm, uninterrupted, tmp_path) -> None:
     """hydra/launcher=slurm: submitit's time-limit warning (SIGUSR2, sent here with scancel) saves the job at
     the next step and requeues it; it resumes there and ends with the uninterrupted run's weights."""
-    command = [sys.executable, "train.py", "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1"]
+    command = [sys.executable, "train.py", "-m", *SUITE, "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1"]
     command += ["hydra.launcher.mem_gb=1", "strategy=ddp", "trainer.devices=2", *RUN, f"paths.log_dir={tmp_path}"]
     sweep = processes.start(command, env=slurm, output=subprocess.DEVNULL)
     job_folder = tmp_path / "train" / "multiruns"
@@ -258,13 +259,13 @@ def test_a_sweep_on_slurm_resumed_reruns_only_its_killed_job_from_its_checkpoint
     launcher = ["hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
     short = ["trainer.max_epochs=2", "trainer.limit_train_batches=10", "trainer.limit_val_batches=5", "test=false"]
     kill = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=15", "+callbacks.kill.job=1"]
-    command = [sys.executable, "train.py", "-m", *launcher, "model.optimizer.lr=1e-3,2e-3", *short, *kill]
+    command = [sys.executable, "train.py", "-m", *SUITE, *launcher, "model.optimizer.lr=1e-3,2e-3", *short, *kill]
     first = processes.run([*command, "trainer.accelerator=cpu", "logger=none", f"paths.log_dir={tmp_path}"], env=slurm)
     assert first.returncode != 0
     (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
     assert [(sweep / job / "metrics.json").is_file() for job in "01"] == [True, False]
     finished = (sweep / "0" / "checkpoints" / "last.ckpt").stat().st_mtime_ns
-    again = [sys.executable, "train.py", f"resume={sweep}", *launcher[1:]]
+    again = [sys.executable, "train.py", *SUITE, f"resume={sweep}", *launcher[1:]]
     resumed = processes.run(again, env=slurm, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (sweep / "0" / "checkpoints" / "last.ckpt").stat().st_mtime_ns == finished  # not run again

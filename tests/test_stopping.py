@@ -39,7 +39,8 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return out, train(compose_config("train", out, RUN))
 
 
-# (signal, the step it arrives at): mid-epoch, at the last step of epoch 0 (30 steps each), at the first of epoch 1.
+# (signal, the step it arrives at): mid-epoch, at the last step of epoch 0 (30 steps each: the stop waits for the
+# epoch's end, its validation and checkpoints), at the first of epoch 1.
 @pytest.mark.slow
 @pytest.mark.parametrize("name,step", [("SIGTERM", 42), ("SIGUSR1", 29), ("SIGTERM", 30)])
 def test_a_signal_saves_at_the_next_step_and_the_resumed_run_ends_the_same(name, step, uninterrupted, tmp_path) -> None:
@@ -78,7 +79,7 @@ def test_a_diverging_run_stops_soon_and_writes_no_checkpoint_of_broken_weights(t
 def test_a_nan_learning_rate_run_exits_non_zero_with_one_line(tmp_path: Path) -> None:
     result = run_script("train.py", "model.optimizer.lr=1e30", "trainer.max_epochs=1", f"paths.log_dir={tmp_path}")
     assert result.returncode == 1
-    assert "The training loss became non-finite (NaN or inf) between steps 0 and 50" in result.stdout
+    assert re.search(r"The training loss became non-finite \(NaN or inf\) between steps 0 and \d+, ", result.stdout)
     assert "Traceback" not in result.stdout + result.stderr
     (run,) = (tmp_path / "train" / "runs").iterdir()
     assert not list(run.rglob("*.ckpt"))

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf, open_dict
 from mnistlab.sweeps import gpu_slots
 from mnistlab.sweeps.summary import SweepSummary
 
-from conftest import ROOT, SHORT, run_script
+from conftest import ROOT, SHORT, SUITE_DATA, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,9 @@ def test_sweep_over_ddp_jobs_in_a_pool_of_workers_gives_each_job_its_own_ranks(t
         for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # both ranks ran this job's lr
             assert f"model.optimizer.lr={lr}" in (folder / rank_log).read_text()
         metrics = json.loads((folder / "metrics.json").read_text())
-        assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
+        assert (
+            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (folder / "checkpoints" / "last.ckpt").is_file()
+        )
 
 
 def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
@@ -107,7 +109,9 @@ def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) 
         for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # the sampled lr, on both ranks
             assert lr in (folder / rank_log).read_text()
         metrics = json.loads((folder / "metrics.json").read_text())
-        assert metrics["test/samples"] == 5 * 64 and (folder / "checkpoints" / "last.ckpt").is_file()
+        assert (
+            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (folder / "checkpoints" / "last.ckpt").is_file()
+        )
         best[lr] = metrics["val/acc_best"]
     results = (sweep / "optimization_results.yaml").read_text()
     assert f"best_value: {max(best.values())}" in results

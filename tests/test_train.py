@@ -10,7 +10,7 @@ from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO
 from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import evaluate, train
 
-from conftest import SHORT, compose_config, run_script
+from conftest import SHORT, SUITE_DATA, compose_config, run_script
 
 
 def _best_checkpoint(out: Path) -> Path:
@@ -94,7 +94,7 @@ def test_train_and_eval_scripts_end_to_end(tmp_path: Path) -> None:
     "script,overrides,message",
     [
         ("eval.py", ["ckpt_path=/nonexistent.ckpt"], "Error: ckpt_path=/nonexistent.ckpt: no such file"),
-        ("train.py", ["trainer.devices=3"], "Error: data.batch_size=64 is the global batch"),
+        ("train.py", ["trainer.devices=3"], f"Error: data.batch_size={SUITE_DATA['batch_size']} is the global batch"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_message(script: str, overrides: list[str], message: str, tmp_path) -> None:
@@ -150,7 +150,7 @@ def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Pat
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    """A 4 MiB file system (tmpfs): room for one 2.4 MB checkpoint of this model, not two."""
+    """A 4 MiB file system (tmpfs): room for one 2.4 MB checkpoint, not two."""
     disk = tmp_path / "disk"
     disk.mkdir()
     command = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)]
@@ -163,7 +163,8 @@ def small_disk(tmp_path: Path):
 
 @pytest.mark.slow
 def test_a_full_disk_is_one_line_and_the_checkpoints_before_stay_whole(small_disk: Path) -> None:
-    result = run_script("train.py", *SHORT, "logger=none", f"hydra.run.dir={small_disk}")
+    wide = "model.net.hidden=2200"  # a 2.4 MB checkpoint (weights and Adam's two moments): one fits, two do not
+    result = run_script("train.py", *SHORT, wide, "logger=none", f"hydra.run.dir={small_disk}")
     last = small_disk / "checkpoints" / "last.ckpt"
     assert result.returncode == 1
     message = result.stderr.strip()

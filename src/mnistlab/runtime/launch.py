@@ -222,7 +222,9 @@ def run_job_in_fresh_processes() -> dict[str, float]:
         sys.executable,
         os.environ.get(ENTRY_POINT, os.path.abspath(sys.argv[0])),
         *hydra.overrides.task,  # this job's values, including the ones the sweeper chose
-        *(o for o in hydra.overrides.hydra if o.startswith(("hydra.sweeper.", "hydra/sweeper"))),  # read by the job too
+        # Read by the job too: the sweeper's settings, and where configs are found (a job's data=<option> may
+        # come from a folder hydra.searchpath added).
+        *(o for o in hydra.overrides.hydra if o.startswith(("hydra.sweeper.", "hydra/sweeper", "hydra.searchpath"))),
         f'hydra.run.dir="{out}"',  # the job's folder, already holding its saved config
         "hydra.output_subdir=null",
         f"hydra.job.name={hydra.job.name}_ddp_process_0",  # its ranks log to <job>_ddp_process_<N>.log

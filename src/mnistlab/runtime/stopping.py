@@ -6,7 +6,9 @@ the same step (mid-epoch: a resumed run goes on from that very step), and the ru
 message saying how to resume and exit code 128 + the signal's number, so that a scheduler sees an
 interrupted run rather than a finished one. In a SLURM batch job (``requeue: true``) SIGUSR1 and
 SIGUSR2 also requeue the job: it comes back under its job id, in its folder, and resumes from that
-step.
+step. A signal that arrives in an epoch's last step, or in the validation that ends the epoch, stops
+the run once the epoch is over (its validation run, its checkpoints written): resumed from before that,
+Lightning goes on with the next epoch, and the epoch's validation (and its best checkpoint) would be lost.
 
 Lightning's own handling is replaced, because under DDP it can hang: its SIGTERM handler broadcasts
 from inside the signal handler, and its validation loop stops on each rank's own flag, so ranks
@@ -36,6 +38,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.callbacks import Checkpoint
 
 from mnistlab.runtime import signals
 from mnistlab.runtime.failures import RunStopped
@@ -43,7 +46,7 @@ from mnistlab.runtime.failures import RunStopped
 log = logging.getLogger(__name__)
 
 
-class SafeStop(L.Callback):
+class SafeStop(Checkpoint):  # a checkpointing callback: it saves the run where it stops it
     def __init__(self, checkpoint: str, check_every_n_steps: int = 50, requeue: bool = True) -> None:
         self.checkpoint = Path(checkpoint)  # where a signal's stop saves the run's state: its last.ckpt
         self.check_every_n_steps = check_every_n_steps
@@ -51,6 +54,7 @@ class SafeStop(L.Callback):
         self._trainer: L.Trainer | None = None
         self._losses = torch.zeros(())  # the sum of the losses since the last check; on_train_start: on the device
         self._batches = self._checked_at = 0
+        self._deferred: signal.Signals | None = None  # a stop waiting for the end of the epoch's validation
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._trainer = trainer
@@ -69,26 +73,41 @@ class SafeStop(L.Callback):
         if self._trainer.strategy.launcher is not None:
             self._trainer.strategy.launcher.kill(signum)  # the ranks Lightning started itself get it too
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, *args: Any) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if loss is not None:
             self._losses.add_(loss.detach())  # NaN and inf stay in the sum; on the device: no sync
         self._batches += 1
         if self._batches % self.check_every_n_steps == 0 or (signals.received() and trainer.world_size == 1):
-            self._check(trainer, pl_module)
+            self._check(trainer, pl_module, epoch_trained=batch_idx + 1 >= trainer.num_training_batches)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._check(trainer, pl_module)
+            trained = trainer.fit_loop.epoch_loop.batch_progress.current.completed >= trainer.num_training_batches
+            self._check(trainer, pl_module, epoch_trained=trained)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A Checkpoint: Lightning runs this after the module's hook and after the checkpoint callbacks listed
+        # before it (conf/callbacks/default.yaml), once they have written the epoch's best and last.
+        if self._deferred is not None:
+            self._stop(trainer, self._deferred)
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         # Raising here keeps the file from being written. Signals wait for a step boundary.
         self._check(trainer, pl_module, weights=True, stop_on_signal=False)
 
     def _check(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, weights: bool = False, stop_on_signal: bool = True
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        weights: bool = False,
+        stop_on_signal: bool = True,
+        epoch_trained: bool = False,
     ) -> None:
-        """Agree across ranks, in one all-reduce, whether any diverged or was signalled; stop if so."""
+        """Agree across ranks, in one all-reduce, whether any diverged or was signalled; stop if so (once the
+        epoch's validation is over, where the epoch's training is)."""
         finite = self._losses.isfinite()
         if weights:
             finite = finite & torch.stack([p.isfinite().all() for p in pl_module.parameters()]).all()
@@ -96,7 +115,9 @@ class SafeStop(L.Callback):
         diverged, signum = trainer.strategy.reduce(flags, reduce_op="max").tolist()  # the one host sync
         if diverged:
             raise self._diverged(trainer)
-        if signum and stop_on_signal:
+        if signum and stop_on_signal and epoch_trained:
+            self._deferred = signal.Signals(signum)  # every rank agreed: every rank stops once the epoch is over
+        elif signum and stop_on_signal and self._deferred is None:
             self._stop(trainer, signal.Signals(signum))
         self._losses.zero_()
         self._checked_at = trainer.global_step

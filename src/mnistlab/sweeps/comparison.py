@@ -55,10 +55,14 @@ def compare(
 
 
 def _optimized_metric(folder: Path) -> str:
-    """What the runs were optimised for (their config's optimized_metric), read as plain YAML: data."""
+    """What the runs were optimised for (their config's optimized_metric), read as plain YAML: data. Hydra
+    saves it unresolved (``${monitor}_best``): the interpolation of its own keys is resolved, nothing else."""
     config = next(iter(sorted(folder.glob("**/.hydra/config.yaml"))), None)
-    found = (yaml.safe_load(config.read_text()) or {}).get("optimized_metric") if config else None
-    if not isinstance(found, str):
+    saved = (yaml.safe_load(config.read_text()) or {}) if config else {}
+    found = saved.get("optimized_metric") if isinstance(saved, dict) else None
+    if isinstance(found, str) and isinstance(saved.get("monitor"), str):
+        found = found.replace("${monitor}", saved["monitor"])
+    if not isinstance(found, str) or "${" in found:
         raise InputError(f"{folder}: no optimized_metric in its .hydra/config.yaml; name one with --metric")
     return found
 

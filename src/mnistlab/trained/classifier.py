@@ -53,7 +53,7 @@ def load(
     run_record.warn_if_different(checkpoint, str(path))  # the code; the data is not read here
     net = loading.network(checkpoint, trusted).to(device)
     datamodule = loading.datamodule(checkpoint, trusted, data_dir=data_dir)  # built, never set up: no data is read
-    classes = getattr(datamodule, "classes", None) or _numbered(loading.network_config(checkpoint))
+    classes = model_card.class_names(datamodule) or _numbered(loading.network_config(checkpoint))
     card = {**model_card.preprocessing(checkpoint), "classes": classes}
 
     def logits(x: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ def describe(checkpoint: dict[str, Any], net: nn.Module, datamodule: Any, inputs
     """The card of the checkpoint's network ``net``; ``inputs`` are a batch as the data module serves them."""
     with torch.inference_mode():
         outputs = net(inputs[:1]).shape[1]
-    classes = getattr(datamodule, "classes", None) or [str(c) for c in range(outputs)]
+    classes = class_names(datamodule) or [str(c) for c in range(outputs)]
     return {
         "name": provenance.PACKAGE,
         "version": provenance.version(),
@@ -40,6 +40,15 @@ def describe(checkpoint: dict[str, Any], net: nn.Module, datamodule: Any, inputs
         "classes": classes,
         "network": loading.network_config(checkpoint),
     }
+
+
+def class_names(datamodule: Any) -> list[str] | None:
+    """The data module's names of its classes (``classes``: "7 - seven", "Sneaker"), where it has them: a
+    list of strings, not a count."""
+    names = getattr(datamodule, "classes", None)
+    if isinstance(names, list | tuple) and names and all(isinstance(name, str) for name in names):
+        return list(names)
+    return None
 
 
 def preprocessing(checkpoint: dict[str, Any]) -> dict[str, Any]:
