@@ -33,12 +33,11 @@ class SignalAt(L.Callback):
     def on_validation_batch_start(self, trainer: L.Trainer, module: object, batch: object, index: int, *_) -> None:
         if self.validating and not trainer.sanity_checking and index == 0:
             self._send(trainer)
-        elif self.step == -1 and trainer.sanity_checking and index == 0 and trainer.global_rank == self.rank:
-            if trainer.ckpt_path is None:
-                os.kill(os.getpid(), self.signal)  # step -1: before training, during the sanity check
+        elif self.step == -1 and trainer.sanity_checking and index == 0:  # before training, in the sanity check
+            self._send(trainer, step=trainer.global_step)
 
-    def _send(self, trainer: L.Trainer) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
+    def _send(self, trainer: L.Trainer, step: int | None = None) -> None:
+        if trainer.global_step == (self.step if step is None else step) and trainer.global_rank == self.rank and trainer.ckpt_path is None:
             for _ in range(self.times):  # times=2: Ctrl-C pressed twice
                 os.kill(os.getpid(), self.signal)
 
