@@ -37,7 +37,11 @@ class SignalAt(L.Callback):
             self._send(trainer, step=trainer.global_step)
 
     def _send(self, trainer: L.Trainer, step: int | None = None) -> None:
-        if trainer.global_step == (self.step if step is None else step) and trainer.global_rank == self.rank and trainer.ckpt_path is None:
+        if (
+            trainer.global_step == (self.step if step is None else step)
+            and trainer.global_rank == self.rank
+            and trainer.ckpt_path is None
+        ):
             for _ in range(self.times):  # times=2: Ctrl-C pressed twice
                 os.kill(os.getpid(), self.signal)
 

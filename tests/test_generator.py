@@ -313,8 +313,8 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     _copier("update", cwd=project)
     package = project / "src" / "retina_lab"
     assert sorted(p.name for p in package.iterdir() if p.name != "__pycache__") == sorted(
-        ["__init__.py", "data.py", "module.py", "my_callbacks.py", "network.py", "runtime", "schema.py",
-         "sweeps", "tasks.py", "trained"]
+        ["__init__.py", "data.py", "module.py", "my_callbacks.py", "network.py", "runtime", "sweeps", "tasks.py",
+         "trained"]
     )  # fmt: skip
     assert (package / "runtime" / "launch.py").is_file() and (package / "trained" / "loading.py").is_file()
     assert "_target_: retina_lab.runtime.profiler.NoProfiler" in trainer.read_text()

@@ -22,13 +22,14 @@ pytestmark = pytest.mark.slow  # trains, and writes to each logger's store
 
 
 def test_mlflow_keeps_the_runs_metrics_and_settings_in_a_local_sqlite_store(tmp_path: Path) -> None:
-    metrics = train(compose_config("train", tmp_path, [*SHORT, "logger=mlflow", "print_config=false"]))
+    cfg = compose_config("train", tmp_path, [*SHORT, "logger=mlflow", "print_config=false"])
+    metrics = train(cfg)
     assert not (tmp_path / "config_tree.txt").exists()  # print_config=false: no tree printed, none saved
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     (run,) = client.search_runs([client.get_experiment_by_name("train").experiment_id])
     assert run.data.metrics["test/acc"] == pytest.approx(metrics["test/acc"])
     assert run.data.metrics["val/acc_best"] == pytest.approx(metrics["val/acc_best"])
-    assert float(run.data.params["model/optimizer/lr"]) == 1e-3
+    assert float(run.data.params["model/optimizer/lr"]) == cfg.model.optimizer.lr
     # The compared few (conf/train.yaml's hparams; a test's composed config has no command line), not all:
     assert set(run.data.params) == {
         "model/optimizer/lr",

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 def compared(cfg: DictConfig) -> dict[str, Any]:
     """The hyperparameters to log, named as loggers name them (``model/optimizer/lr``). Flat, not nested: a
-    group's option and keys of that group (``data=fashion_mnist data.download=false``) are logged side by
+    group's option and keys of that group (``data=<yours> data.<key>=...``) are logged side by
     side as ``data`` and ``data/download``. A listed key the config does not have (another model's) is
     left out."""
     given = _given()
