@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sqlite3
-import sys
 import time
 import urllib.request
 from contextlib import closing
@@ -26,7 +25,7 @@ from hydra_plugins.mnistlab_optuna import search_space
 from hydra_plugins.mnistlab_optuna.optuna_sweeper import _grid
 
 import processes
-from conftest import ROOT, SHORT, SUITE, compose_config, free_port, run_script
+from conftest import ROOT, SHORT, compose_config, free_port, run_script
 
 
 def test_the_search_space_is_read_from_hydras_sweep_syntax() -> None:
@@ -237,7 +236,7 @@ def test_a_sweep_killed_mid_trial_fails_that_trial_and_runs_it_again(tmp_path) -
         f"paths.log_dir={tmp_path}", "trainer.accelerator=cpu",
     ]  # fmt: skip
     with open(tmp_path / "first.log", "w") as log:
-        first = [sys.executable, "train.py", *SUITE, *search, "hydra.sweeper.n_trials=2", "trainer.max_epochs=15"]
+        first = processes.python("train.py", *search, "hydra.sweeper.n_trials=2", "trainer.max_epochs=15")
         sweep = processes.start(first, output=log)
     for _ in range(600):
         time.sleep(0.5)

@@ -174,7 +174,8 @@ def _processes_per_node(config_name: str) -> int:
     from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 
     conf = Path(os.environ.get(ENTRY_POINT, sys.argv[0])).resolve().parent / "conf"
-    overrides = [arg for arg in sys.argv[1:] if not arg.startswith("hydra.")]  # Lightning's own are for main
+    # Hydra's settings are for main (Lightning's own among them), but where configs are found counts here too.
+    overrides = [arg for arg in sys.argv[1:] if not arg.startswith("hydra.") or arg.startswith("hydra.searchpath=")]
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
         trainer = compose(config_name, overrides=overrides).trainer
     on_cpu = trainer.accelerator == "cpu" or not CUDAAccelerator.is_available()
