@@ -50,6 +50,9 @@ REFUSALS = {
     "refused: wrong type": ["trainer.max_epochs=abc"],
     "refused: unknown key": ["modle.optimizer.lr=1"],
     "refused: unknown option": ["strategy=nope"],
+    # Keys of nodes with a _target_, checked against the class's signature read from its source:
+    "refused: the data module's key": ["+data.val_sise=1"],  # the user's own class
+    "refused: the optimizer's key": ["+model.optimizer.lrr=1"],  # torch.optim.Adam, read without importing torch
 }
 
 

@@ -12,6 +12,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -48,10 +49,51 @@ class Patterns(InMemoryDataModule):
                 self.loaders[split] = self._loader(*self._draw(split), shuffle=split == "train")
 
     def _draw(self, split: str) -> tuple[Tensor, Tensor]:
-        patterns = torch.randn(self.classes, *self.shape, generator=torch.Generator().manual_seed(self.seed))
-        generator = torch.Generator().manual_seed(self.seed + 1 + list(self.sizes).index(split))
-        labels = torch.randint(self.classes, (self.sizes[split],), generator=generator)
-        return patterns[labels] + self.noise * torch.randn(len(labels), *self.shape, generator=generator), labels
+        return draw(self.sizes, split, self.classes, self.shape, self.noise, self.seed)
+
+
+def draw(
+    sizes: dict[str, int], split: str, classes: int, shape: tuple[int, ...], noise: float, seed: int
+) -> tuple[Tensor, Tensor]:
+    """The samples and labels of one split: the same class patterns for every split, each its own noise."""
+    patterns = torch.randn(classes, *shape, generator=torch.Generator().manual_seed(seed))
+    generator = torch.Generator().manual_seed(seed + 1 + list(sizes).index(split))
+    labels = torch.randint(classes, (sizes[split],), generator=generator)
+    return patterns[labels] + noise * torch.randn(len(labels), *shape, generator=generator), labels
+
+
+class LoaderPatterns(L.LightningDataModule):
+    """The same samples in plain ``DataLoader``s, as most data modules serve them: ``batch_size`` is each
+    process's (Lightning gives each rank a ``DistributedSampler``)."""
+
+    def __init__(
+        self,
+        batch_size: int = 16,
+        train_size: int = 1024,
+        val_size: int = 256,
+        test_size: int = 256,
+        classes: int = 4,
+        channels: int = 3,
+        size: int = 8,
+        noise: float = 3.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.batch_size, self.sizes = batch_size, {"train": train_size, "val": val_size, "test": test_size}
+        self.classes, self.shape, self.noise, self.seed = classes, (channels, size, size), noise, seed
+
+    def _loader(self, split: str) -> DataLoader:
+        samples = TensorDataset(*draw(self.sizes, split, self.classes, self.shape, self.noise, self.seed))
+        return DataLoader(samples, batch_size=self.batch_size, shuffle=split == "train")
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
 
 
 class Net(nn.Module):

@@ -84,6 +84,20 @@ def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_p
     }
 
 
+def test_a_dataloader_that_repeats_samples_under_ddp_is_named_once_with_the_fix(tmp_path: Path) -> None:
+    """Plain DataLoaders (the suite's LoaderPatterns): 255 test samples on 2 ranks, one repeated. The run
+    says so once per split, and the count shows it; the in-memory loaders above count each sample once."""
+    loaders = ["data=suite_loaders", "data.test_size=255", "data.val_size=255", *CPU_DDP]
+    result = run_script("train.py", *loaders, *SHORT[:2], "logger=none", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (tmp_path / "train.log").read_text()
+    for split in ("validation", "test"):
+        warning = f"The {split} set's 255 samples do not divide among 2 ranks: Lightning's DistributedSampler repeats 1"
+        assert log.count(warning) == 1, split
+    assert "python eval.py ckpt_path=<checkpoint> trainer.devices=1" in log
+    assert json.loads((tmp_path / "metrics.json").read_text())["test/samples"] == 256  # one counted twice
+
+
 def _torchrun(*args: str) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "torch.distributed.run", *args]  # the seed's launcher style: torchrun
     return processes.start(command)
