@@ -44,11 +44,12 @@ def test_every_option_composes_resolves_and_fits_the_schema(entry: str, group: s
 
 
 def test_every_group_and_option_is_covered() -> None:
+    """Every group of conf/ is one these tests compose (a group the user emptied, conf/experiment/, may go)."""
     groups = {str(p.parent.relative_to(CONF)) for p in CONF.rglob("*.yaml") if p.parent != CONF}
     # Hydra's own (tests/test_ddp.py, test_sweeps.py) and the Optuna search's (tests/test_optuna.py)
     optuna = {"hparams_search", "hydra/sweeper", "hydra/sweeper/sampler", "hydra/sweeper/pruner"}
     serving = {"decode"}  # serve.py's input (tests/test_serving.py, test_serving_digits.py)
-    assert groups == set(GROUPS) | {"hydra", "hydra/launcher"} | optuna | serving
+    assert groups <= set(GROUPS) | {"hydra", "hydra/launcher"} | optuna | serving
 
 
 CPU_STRATEGIES = [
