@@ -200,6 +200,6 @@ def test_a_minimised_monitor_picks_the_job_with_the_lowest_metric(tmp_path: Path
     losses = {job: _metrics(sweep / job)["val/loss_best"] for job in ("0", "1")}
     for job in ("0", "1"):  # the best of the run's validations: the lower
         metrics, (best,) = _metrics(sweep / job), (sweep / job / "checkpoints").glob("epoch*.ckpt")
-        assert metrics["val/loss_best"] <= metrics["val/loss"] and f"{losses[job]:.4f}" in best.name
+        assert metrics["val/loss_best"] <= metrics["val/loss"] and f"{losses[job]:.4g}" in best.name
     best = min(losses, key=losses.get)
     assert f"Best: job {best}, val/loss_best={losses[best]:.6g}: {sweep / best}" in result.stdout

@@ -17,7 +17,7 @@ from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import train
 
 import processes
-from conftest import compose_config, run_script
+from conftest import SUITE, compose_config, run_script
 
 TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 TINY += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu"]
@@ -43,6 +43,9 @@ def test_two_claims_of_the_same_second_get_two_folders(tmp_path: Path, monkeypat
     (live / "train.log").write_text("a live run")
     run_folder.discard_if_unused(live)
     assert (live / "train.log").is_file()
+
+
+TASK = [o for o in SUITE if not o.startswith("hydra.")]  # as the log lists a run's overrides (Hydra's apart)
 
 
 def _start(script: str, *overrides: str, clock: Path) -> subprocess.Popen:
@@ -75,7 +78,7 @@ def test_two_runs_started_together_each_own_a_folder(frozen_clock: Path, tmp_pat
         (seed,) = [o for o in yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text()) if "seed=" in o]
         seeds.add(seed)
         assert yaml.safe_load((folder / ".hydra" / "config.yaml").read_text())["seed"] == int(seed.split("=")[1])
-        assert f"Overrides: {' '.join(TINY)} {seed}" in (folder / "train.log").read_text()
+        assert f"Overrides: {' '.join([*TASK, *TINY])} {seed}" in (folder / "train.log").read_text()
         ckpt = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)
         assert ckpt["config"]["seed"] == int(seed.split("=")[1])  # its own run's checkpoint
         events = list((folder / "tensorboard").glob("events.out.tfevents.*"))  # .<time>.<host>.<pid>.<n>
