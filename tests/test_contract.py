@@ -71,6 +71,20 @@ def test_the_monitored_metric_is_logged_and_its_best_returned(trained) -> None:
     assert list((out / "checkpoints").glob("epoch*.ckpt")), "no best checkpoint: is monitor logged at validation?"
 
 
+def _bare_trainer(steps: int, callback: L.Callback) -> L.Trainer:
+    """Training alone, on the CPU: no validation, logger, checkpoint or progress bar, ``callback`` watching."""
+    return L.Trainer(
+        accelerator="cpu",
+        max_steps=steps,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+
+
 class _Losses(L.Callback):
     def __init__(self) -> None:
         self.losses: list[float] = []
@@ -86,17 +100,7 @@ def test_a_fixed_batch_is_overfit(tmp_path: Path) -> None:
     cfg = _own("train", tmp_path)
     L.seed_everything(cfg.seed)
     batch, model, recorded = _first_batch(cfg), instantiate(cfg.model), _Losses()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_steps=STEPS,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[recorded],
-    )
-    trainer.fit(model, train_dataloaders=Repeated(batch, STEPS))
+    _bare_trainer(STEPS, recorded).fit(model, train_dataloaders=Repeated(batch, STEPS))
     first, last = recorded.losses[0], min(recorded.losses[-10:])
     # A tenth: a small network on noise falls that far (a CNN on random RGB images: 17% in 100 steps); a loss
     # that does not reach the weights (detached, the wrong tensor returned) does not move at all.
@@ -169,16 +173,7 @@ def test_the_training_loader_keeps_up_with_training(tmp_path: Path, capsys) -> N
     loading = count / (time.perf_counter() - started)
     L.seed_everything(cfg.seed)
     steps = _StepTimes()
-    L.Trainer(
-        accelerator=cfg.trainer.accelerator,
-        max_steps=50,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[steps],
-    ).fit(instantiate(cfg.model), datamodule=instantiate(cfg.data))
+    _bare_trainer(50, steps).fit(instantiate(cfg.model), datamodule=instantiate(cfg.data))
     training = (len(steps.times) - 1) / (steps.times[-1] - steps.times[0])
     share = training / loading
     line = (
