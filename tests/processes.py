@@ -15,7 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # What the machinery's tests train: the suite's own task (tests/suite_task.py, tests/conf/), never the example,
 # so that they pass whatever a user makes of network.py, module.py, data.py, conf/data/ and conf/model/.
-SUITE = [f"hydra.searchpath=[file://{ROOT / 'tests' / 'conf'}]", "data=suite", "model=suite"]
+SUITE = [
+    f"hydra.searchpath=[file://{ROOT / 'tests' / 'conf'}]",
+    "data=suite",
+    "model=suite",
+    "monitor=val/acc",  # what the suite's module logs, whatever conf/run.yaml monitors for the user's
+    "mode=max",
+]
 TRAINERS = ("train.py", "eval.py")  # the entry points whose config holds a Trainer: they take a task
 in_slow_test = True  # set by conftest for each test: only a test marked slow may start a process
 started: list[subprocess.Popen[str]] = []  # this test's, ended with it (conftest), whatever became of the test

@@ -130,14 +130,6 @@ def test_gpu_only_settings_are_refused_without_a_gpu(overrides: list[str], messa
         train(compose_config("train", tmp_path, overrides))
 
 
-@pytest.mark.parametrize("scheduler,cls", [("cosine", "CosineAnnealingLR"), ("plateau", "ReduceLROnPlateau")])
-def test_scheduler_group_plugs_into_the_optimizer(scheduler: str, cls: str, tmp_path: Path) -> None:
-    cfg = compose_config("train", tmp_path, [f"model/scheduler={scheduler}", "model.optimizer.lr=0.01"], task=OWN)
-    optimizers = instantiate(cfg.model).configure_optimizers()
-    assert optimizers["optimizer"].param_groups[0]["lr"] == 0.01
-    assert type(optimizers["lr_scheduler"]["scheduler"]).__name__ == cls
-
-
 def _metrics(run: Path) -> dict:
     return json.loads((run / "metrics.json").read_text())
 

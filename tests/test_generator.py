@@ -325,3 +325,86 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     assert conflicts.stdout == "", conflicts.stdout
     result = _fast_dev_run(project, tmp_path / "outputs")
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# The README's "Make it yours" as files (generator/walkthrough/): each variant's conf/run.yaml selection.
+WALKTHROUGH = ROOT / "generator" / "walkthrough"
+SELECTIONS = {
+    "classifier": {"data": "shapes", "model": "cnn"},
+    "regression": {"data": "brightness", "model": "regressor", "monitor": "val/loss", "mode": "min"},
+}
+USERS_FILES = re.compile(r"src/shapes_lab/(data|network|module|regression)\.py|conf/(data|model)/.*|conf/run\.yaml")
+
+
+def _replace_the_example(project: Path, variant: str) -> None:
+    """What the user does: their files in, the placeholder's configs (and a regression's unused schedules)
+    out, their choice in conf/run.yaml."""
+    shutil.copytree(WALKTHROUGH / variant, project, dirs_exist_ok=True)
+    for gone in ("conf/data/placeholder.yaml", "conf/model/simple_nn.yaml"):
+        (project / gone).unlink()
+    if variant == "regression":
+        shutil.rmtree(project / "conf" / "model" / "scheduler")  # schedules of the template's module, unused
+    run = project / "conf" / "run.yaml"
+    text = run.read_text()
+    for key, value in SELECTIONS[variant].items():
+        pattern = rf"(?m)^(  - )?{key}: \S+" if key in ("data", "model") else rf"(?m)^(){key}: \S+"
+        text, count = re.subn(pattern, rf"\g<1>{key}: {value}", text, count=1)
+        assert count == 1, key
+    run.write_text(text)
+
+
+def _files(project: Path) -> dict[str, bytes]:
+    return {p.relative_to(project).as_posix(): p.read_bytes() for p in project.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(SELECTIONS))
+def test_a_project_whose_example_is_replaced_passes_its_fast_tier_and_contract(
+    variant: str, template: Path, tmp_path: Path
+) -> None:
+    """README, Make it yours: a project without the example, its placeholders replaced by the user's files
+    alone (an RGB CNN on DataLoaders; a regression with its own LightningModule, val/loss min): the project's
+    fast tier and its contract test pass, none skipped."""
+    project = tmp_path / "shapes"
+    _copier("copy", "-d", "project_name=Shapes Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
+    before = _files(project)
+    _replace_the_example(project, variant)
+    after = _files(project)
+    touched = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
+    assert all(USERS_FILES.fullmatch(path) for path in touched), sorted(touched)
+    env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project), "CI": "true"}
+    for tier in (["-m", "not slow"], ["tests/test_contract.py"]):  # the contract's DDP test is slow: run here
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tier]
+        result = processes.run(command, cwd=project, env=env, timeout=600)
+        assert result.returncode == 0, result.stdout[-4000:]
+        (summary,) = re.findall(r"(?m)^\d+ passed.*$", result.stdout)  # pytest -q's last line
+        assert not re.search(r"failed|skipped|error", summary), summary
+    if variant == "regression":
+        _trains_resumes_and_sweeps_on_the_loss(project, env, tmp_path / "outputs")
+
+
+def _trains_resumes_and_sweeps_on_the_loss(project: Path, env: dict[str, str], out: Path) -> None:
+    run = out / "run"
+    steps = ["trainer.limit_train_batches=8", "trainer.limit_val_batches=4", "trainer.limit_test_batches=4"]
+    commands = [
+        ["train.py", "trainer.max_epochs=1", *steps, f"hydra.run.dir={run}"],
+        ["train.py", f"resume={run}", "trainer.max_epochs=2"],
+        ["train.py", "-m", "model.lr=1e-2,1e-4", "trainer.max_epochs=1", *steps, "logger=none", f"paths.log_dir={out}"],
+    ]
+    results = [processes.run([sys.executable, *c], cwd=project, env=env, timeout=300) for c in commands]
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["val/loss_best"] <= metrics["val/loss"] and "test/loss" in metrics  # the best is the lowest
+    assert yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["mode"] == "min"
+    assert torch_epoch(run / "checkpoints" / "last.ckpt") == 1  # resumed for its second epoch
+    (sweep,) = (out / "train" / "multiruns").iterdir()
+    losses = {job: json.loads((sweep / job / "metrics.json").read_text())["val/loss_best"] for job in ("0", "1")}
+    best = min(losses, key=losses.get)
+    assert f"Best: job {best}, val/loss_best={losses[best]:.6g}" in results[2].stdout
+
+
+def torch_epoch(checkpoint: Path) -> int:
+    import torch
+
+    return torch.load(checkpoint, weights_only=True)["epoch"]

@@ -67,3 +67,11 @@ def test_padding_rows_count_in_no_loss_or_metric(train_cfg) -> None:
     logits = model(x[:6])
     torch.testing.assert_close(model.val_metrics["acc"].compute(), (logits.argmax(1) == y[:6]).float().mean())
     torch.testing.assert_close(model.val_metrics["loss"].compute(), nn.functional.cross_entropy(logits, y[:6]))
+
+
+@pytest.mark.parametrize("scheduler,cls", [("cosine", "CosineAnnealingLR"), ("plateau", "ReduceLROnPlateau")])
+def test_scheduler_group_plugs_into_the_optimizer(scheduler: str, cls: str, tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, [f"model/scheduler={scheduler}", "model.optimizer.lr=0.01"], task=OWN)
+    optimizers = instantiate(cfg.model).configure_optimizers()
+    assert optimizers["optimizer"].param_groups[0]["lr"] == 0.01
+    assert type(optimizers["lr_scheduler"]["scheduler"]).__name__ == cls
