@@ -24,7 +24,7 @@ import torch
 from omegaconf import OmegaConf
 
 import processes
-from conftest import DETERMINISTIC, ROOT, SUITE, assert_same_weights, free_port
+from conftest import DETERMINISTIC, ROOT, SUITE, SUITE_DATA, assert_same_weights, free_port
 from conftest import last_checkpoint as _last
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,12 @@ CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 SBATCH = ROOT / "slurm" / "train.sbatch"
 # Two DDP ranks, 3 epochs of 600 steps (about 3 s each here), last.ckpt at each epoch end.
 STEPS = 600
-RUN = ["trainer.accelerator=cpu", *DETERMINISTIC, f"trainer.limit_train_batches={STEPS}"]
+RUN = [
+    "trainer.accelerator=cpu",
+    *DETERMINISTIC,
+    f"trainer.limit_train_batches={STEPS}",
+    f"data.train_size={STEPS * SUITE_DATA['batch_size']}",  # STEPS batches an epoch of the suite's data
+]
 
 
 @pytest.fixture(scope="module")

@@ -126,8 +126,21 @@ def _active(job: Path) -> tuple[datetime, datetime]:
 
 def test_parallel_jobs_run_side_by_side_and_end_in_one_table(tmp_path) -> None:
     lrs = "model.optimizer.lr=1e-3,3e-3,1e-2"
+    # Seconds of training a job (2 epochs of 300 steps), against the jitter of the two workers' start-up.
+    longer = [
+        "trainer.max_epochs=2",
+        "trainer.limit_train_batches=300",
+        f"data.train_size={300 * SUITE_DATA['batch_size']}",
+    ]
     result = run_script(
-        "train.py", "-m", "hydra/launcher=parallel", lrs, *SHORT, "logger=none", f"paths.log_dir={tmp_path}"
+        "train.py",
+        "-m",
+        "hydra/launcher=parallel",
+        lrs,
+        *SHORT[2:],
+        *longer,
+        "logger=none",
+        f"paths.log_dir={tmp_path}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
