@@ -27,6 +27,17 @@ class Brightness(L.LightningDataModule):
         return self._loader(256, 2, False)
 
 
+class Pooled(nn.Module):
+    """Each channel's mean, then a linear layer: enough to tell brightness."""
+
+    def __init__(self, channels: int = 3, outputs: int = 1) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, outputs))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layers(x)
+
+
 class Regressor(L.LightningModule):
     def __init__(self, net: nn.Module, lr: float = 1e-3) -> None:
         super().__init__()
