@@ -353,7 +353,7 @@ def _replace_the_example(project: Path, variant: str) -> None:
     run.write_text(text)
 
 
-def _files(project: Path) -> dict[str, bytes]:
+def _contents(project: Path) -> dict[str, bytes]:
     return {p.relative_to(project).as_posix(): p.read_bytes() for p in project.rglob("*") if p.is_file()}
 
 
@@ -367,9 +367,9 @@ def test_a_project_whose_example_is_replaced_passes_its_fast_tier_and_contract(
     fast tier and its contract test pass, none skipped."""
     project = tmp_path / "shapes"
     _copier("copy", "-d", "project_name=Shapes Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
-    before = _files(project)
+    before = _contents(project)
     _replace_the_example(project, variant)
-    after = _files(project)
+    after = _contents(project)
     touched = {path for path in before.keys() | after.keys() if before.get(path) != after.get(path)}
     assert all(USERS_FILES.fullmatch(path) for path in touched), sorted(touched)
     env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project), "CI": "true"}
