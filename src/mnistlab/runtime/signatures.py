@@ -55,7 +55,7 @@ def check_node(node: dict[str, Any], key: str) -> None:
     """Refuse, in one line naming the key, what ``node``'s ``_target_`` does not accept; ``key`` is the
     node's place in the config (``data``, ``model.net``)."""
     target = node["_target_"]
-    if importlib.util.find_spec(target.partition(".")[0]) is None:
+    if not _installed(target.partition(".")[0]):
         raise InputError(f"{key}._target_={target}: no module {target.partition('.')[0]} is installed")
     if (signature := read(target)) is None:
         return
@@ -203,6 +203,14 @@ def _absolute(module: str, path: Path, statement: ast.ImportFrom) -> str | None:
     for _ in range(statement.level - 1):
         package = package.rpartition(".")[0]
     return ".".join(p for p in (package, statement.module) if p) or None
+
+
+@cache
+def _installed(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @cache

@@ -19,6 +19,8 @@ import yaml
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from mnistlab.runtime import atomic
 from mnistlab.runtime.checks import InputError
@@ -56,13 +58,14 @@ def compare(
 
 def _optimized_metric(folder: Path) -> str:
     """What the runs were optimised for (their config's optimized_metric), read as plain YAML: data. Hydra
-    saves it unresolved (``${monitor}_best``): the interpolation of its own keys is resolved, nothing else."""
+    saves it unresolved (``${monitor}_best``)."""
     config = next(iter(sorted(folder.glob("**/.hydra/config.yaml"))), None)
     saved = (yaml.safe_load(config.read_text()) or {}) if config else {}
-    found = saved.get("optimized_metric") if isinstance(saved, dict) else None
-    if isinstance(found, str) and isinstance(saved.get("monitor"), str):
-        found = found.replace("${monitor}", saved["monitor"])
-    if not isinstance(found, str) or "${" in found:
+    try:  # the saved config's references to its own keys: OmegaConf resolves them, as the run did
+        found = OmegaConf.select(OmegaConf.create(saved), "optimized_metric") if isinstance(saved, dict) else None
+    except OmegaConfBaseException:  # a reference to something else (an environment variable, Hydra's own)
+        found = None
+    if not isinstance(found, str):
         raise InputError(f"{folder}: no optimized_metric in its .hydra/config.yaml; name one with --metric")
     return found
 
