@@ -36,7 +36,8 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
     "conf/demo.yaml",
     "src/mnistlab/trained/demo.py",
     "tests/test_demo.py",
-    "docs",
+    "docs/demo.png",
+    "docs/comparison.png",
     "conf/data/mnist.yaml",
     "conf/data/fashion_mnist.yaml",
     "conf/data/kmnist.yaml",
@@ -54,8 +55,8 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
 PLACEHOLDERS = """
 **This project starts with placeholders:** `src/{package}/data.py` serves random images of 10 classes
 and `src/{package}/network.py` is a small MLP for them. Replace them with your data module and network,
-and `conf/data/` and `conf/model/` with them (their keys are checked against your classes' own arguments);
-everything else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
+and `conf/data/` and `conf/model/` with them (their keys are checked against your classes' own arguments):
+docs/make-it-yours.md shows how, step by step. Everything else (training, checkpoints, resume, DDP, SLURM, sweeps, the tests of these) stays as it is.
 """
 BLANK_NAMES = {  # renamed with the example left out: the search config and its study (the README's command
     "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
@@ -156,7 +157,7 @@ def _section(text: str, name: str, keep: bool) -> str:
 
 
 def leave_out_example(root: Path, files: list[str]) -> list[str]:
-    """The MNIST example's own files out, the placeholders in, the config pointed at them;
+    """The MNIST example's own files out, the placeholders in (``conf/data/default.yaml`` names theirs);
     returns the rendered files as they are now. Only rendered files go: a notebook of the user's stays."""
     gone = [name for name in files if any(name == x or name.startswith(f"{x}/") for x in EXAMPLE_ONLY)]
     for name in gone:
@@ -166,8 +167,6 @@ def leave_out_example(root: Path, files: list[str]) -> list[str]:
     for name in blank:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(BLANK / name, root / name)
-    run = root / "conf" / "run.yaml"  # train.yaml's and eval.yaml's data
-    run.write_text(re.sub(r"(?m)^  - data: mnist\b.*$", "  - data: placeholder", run.read_text()))
     return [name for name in files if name not in gone] + [name for name in blank if name not in files]
 
 

@@ -130,8 +130,17 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
         "src/blank_lab/trained/digits.py",
         "tests/test_data.py",
     )
-    for gone in (*gone_with_the_example, "benchmarks", "notebooks", "tests/test_notebooks.py", "demo.py", "docs"):
+    for gone in (
+        *gone_with_the_example,
+        "benchmarks",
+        "notebooks",
+        "tests/test_notebooks.py",
+        "demo.py",
+        "docs/demo.png",
+    ):
         assert not (project / gone).exists(), gone
+    assert "  - placeholder" in (project / "conf" / "data" / "default.yaml").read_text()
+    assert (project / "docs" / "make-it-yours.md").is_file()  # the guide of a project with no example
     assert (project / "serve.py").is_file() and "decode: npy" in (project / "conf" / "serve.yaml").read_text()
     for text in (
         (project / "pyproject.toml").read_text(),
@@ -327,30 +336,30 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-# The README's "Make it yours" as files (generator/walkthrough/): each variant's conf/run.yaml selection.
-WALKTHROUGH = ROOT / "generator" / "walkthrough"
-SELECTIONS = {
-    "classifier": {"data": "shapes", "model": "cnn"},
-    "regression": {"data": "brightness", "model": "regressor", "monitor": "val/loss", "mode": "min"},
-}
-USERS_FILES = re.compile(r"src/shapes_lab/(data|network|module|regression)\.py|conf/(data|model)/.*|conf/run\.yaml")
+# docs/make-it-yours.md: each walk-through is a section of files (```lang title="path") and rm commands.
+WALKTHROUGH = ROOT / "docs" / "make-it-yours.md"
+VARIANTS = {"classifier": "## An RGB classifier", "regression": "## A regression"}
+USERS_FILES = re.compile(r"src/shapes_lab/(data|network|module|regression)\.py|conf/(data|model)/.*")
+
+
+def _walkthrough(variant: str) -> str:
+    sections = re.split(r"(?m)^(?=## )", WALKTHROUGH.read_text())
+    (section,) = [s for s in sections if s.startswith(VARIANTS[variant])]
+    return section
 
 
 def _replace_the_example(project: Path, variant: str) -> None:
-    """What the user does: their files in, the placeholder's configs (and a regression's unused schedules)
-    out, their choice in conf/run.yaml."""
-    shutil.copytree(WALKTHROUGH / variant, project, dirs_exist_ok=True)
-    for gone in ("conf/data/placeholder.yaml", "conf/model/simple_nn.yaml"):
-        (project / gone).unlink()
-    if variant == "regression":
-        shutil.rmtree(project / "conf" / "model" / "scheduler")  # schedules of the template's module, unused
-    run = project / "conf" / "run.yaml"
-    text = run.read_text()
-    for key, value in SELECTIONS[variant].items():
-        pattern = rf"(?m)^(  - )?{key}: \S+" if key in ("data", "model") else rf"(?m)^(){key}: \S+"
-        text, count = re.subn(pattern, rf"\g<1>{key}: {value}", text, count=1)
-        assert count == 1, key
-    run.write_text(text)
+    """What the user does, as the guide says: each file it shows written, each rm it gives run."""
+    section = _walkthrough(variant)
+    files = re.findall(r'(?ms)^```\w+ title="([^"]+)"\n(.*?)^```$', section)
+    assert len(files) >= 4, files
+    for path, text in files:
+        (project / path).parent.mkdir(parents=True, exist_ok=True)
+        (project / path).write_text(text)
+    for commands in re.findall(r"(?ms)^```bash\n(.*?)^```$", section):
+        for line in commands.splitlines():
+            assert line.startswith("rm "), line  # the guide only removes: nothing else runs here
+            subprocess.run(line, shell=True, cwd=project, check=True, timeout=60)
 
 
 def _contents(project: Path) -> dict[str, bytes]:
@@ -358,11 +367,11 @@ def _contents(project: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", list(SELECTIONS))
+@pytest.mark.parametrize("variant", list(VARIANTS))
 def test_a_project_whose_example_is_replaced_passes_its_fast_tier_and_contract(
     variant: str, template: Path, tmp_path: Path
 ) -> None:
-    """README, Make it yours: a project without the example, its placeholders replaced by the user's files
+    """docs/make-it-yours.md: a project without the example, its placeholders replaced by the user's files
     alone (an RGB CNN on DataLoaders; a regression with its own LightningModule, val/loss min): the project's
     fast tier and its contract test pass, none skipped."""
     project = tmp_path / "shapes"
