@@ -3,14 +3,13 @@
 import errno
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from mnistlab.runtime import launch
+from mnistlab.runtime import atomic, launch
 from mnistlab.runtime.checks import InputError
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
@@ -44,21 +43,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-        partial = Path(name)
+        written = 0
         try:
-            with os.fdopen(descriptor, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())  # on disk before it takes the target's name: survives a node crash
-            os.replace(partial, target)
+            with atomic.replacing(target, durable=True) as file:  # durable: survives a node crash
+                try:
+                    torch.save(checkpoint, file)
+                finally:
+                    written = os.fstat(file.fileno()).st_size  # what reached the disk: 0 B free or a few
         except (OSError, RuntimeError) as err:
-            written = partial.stat().st_size if partial.exists() else 0
-            partial.unlink(missing_ok=True)
             raise _write_failure(target, err, written) from err
-        finally:
-            partial.unlink(missing_ok=True)  # an interruption (KeyboardInterrupt) leaves no partial file
 
     def load_checkpoint(self, path: str | Path, map_location: Any = None, weights_only: bool | None = None) -> dict:
         return read(path, map_location=map_location)  # any file Lightning reads: ddp_notebook's weights too

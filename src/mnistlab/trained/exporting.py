@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
+from mnistlab.runtime import atomic
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import loading, model_card
@@ -74,8 +75,9 @@ def sample_inputs(checkpoint: dict, data_dir: str, count: int, trusted: Sequence
 
 def _to_program(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -> Runner:
     batch = torch.export.Dim("batch")  # any number of images
-    torch.export.save(torch.export.export(net, (images,), dynamic_shapes=[{0: batch}]), path)
-    (path.parent / model_card.FILE).write_text(json.dumps(card, indent=2) + "\n")
+    with atomic.replacing(path) as file:
+        torch.export.save(torch.export.export(net, (images,), dynamic_shapes=[{0: batch}]), file)
+    atomic.write_text(path.parent / model_card.FILE, json.dumps(card, indent=2) + "\n")
     loaded = torch.export.load(path).module()
     return lambda x: loaded(x).detach()
 
@@ -99,18 +101,18 @@ def _to_onnx(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -
     )
     model = onnx.load(path)
     onnx.helper.set_model_props(model, model_card.as_strings(card))
-    onnx.save(model, path)
+    atomic.write_bytes(path, model.SerializeToString())  # torch's own file, whole, replaced by the one with the card
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     return lambda x: torch.from_numpy(session.run(None, {"images": x.numpy().astype(np.float32)})[0])
 
 
 def _to_safetensors(net: nn.Module, images: Tensor, path: Path, card: dict[str, Any]) -> Runner:
     try:
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import load_file, save
     except ImportError as err:
         raise InputError(f"format=safetensors needs safetensors: pip install -e '.[export]' ({err})") from None
 
-    save_file(net.state_dict(), path, metadata=model_card.as_strings(card))
+    atomic.write_bytes(path, save(net.state_dict(), metadata=model_card.as_strings(card)))  # save_file: 0600
     loaded = copy.deepcopy(net)
     loaded.load_state_dict(load_file(path))
     return lambda x: loaded(x).detach()
@@ -120,7 +122,8 @@ def _to_torchscript(net: nn.Module, images: Tensor, path: Path, card: dict[str, 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.jit.trace.* is deprecated")  # the module's docstring
         traced = torch.jit.trace(net, images[:2])
-    traced.save(str(path), _extra_files={model_card.FILE: json.dumps(card, indent=2)})
+    with atomic.replacing(path) as file:
+        torch.jit.save(traced, file, _extra_files={model_card.FILE: json.dumps(card, indent=2)})
     loaded = torch.jit.load(str(path))
     return lambda x: loaded(x).detach()
 
