@@ -17,6 +17,8 @@ os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distrib
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     with failures.reported():
+        if (metrics := resume.finished_job(cfg)) is not None:
+            return metrics.get(cfg.optimized_metric)  # a resumed sweep's finished job: nothing of it is written
         schema.check(cfg, schema.TrainConfig)  # before torch and Lightning load: answered in 0.5 s, not 6
         from mnistlab.tasks import train
 

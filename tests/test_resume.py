@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistlab.runtime import resume
+from mnistlab.runtime import folder_lock, resume
 from mnistlab.runtime.checks import InputError
 from mnistlab.runtime.run_folder import RUN_ID
 from mnistlab.tasks import train
@@ -166,6 +166,7 @@ def test_resume_from_a_broken_last_checkpoint_names_the_whole_ones_and_touches_n
     (run / ".hydra" / "overrides.yaml").write_text("- model.net.hidden=64\n")
     last = run / "checkpoints" / "last.ckpt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # cut short: a disk that filled, a copy stopped
+    (run / "metrics.json").unlink()  # and the run ended there, unfinished
     (best,) = (run / "checkpoints").glob("epoch*.ckpt")
     records = {p: p.read_bytes() for p in (run / ".hydra").iterdir()}
     with pytest.raises(InputError) as refused:
@@ -306,3 +307,136 @@ def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> N
     assert resumed["global_step"] == 20
     for name, value in whole["state_dict"].items():
         torch.testing.assert_close(resumed["state_dict"][name], value, rtol=0, atol=0)
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _finished_run(folder: Path, *overrides: str) -> tuple[dict[str, float], Path]:
+    """A run trained to its end in ``folder``, with the records train.py keeps (.hydra/)."""
+    from omegaconf import OmegaConf
+
+    cfg = compose_config("train", folder, [*RUN, "trainer.max_epochs=1", "logger=none", *overrides])
+    metrics = train(cfg)
+    (folder / ".hydra").mkdir()
+    (folder / ".hydra" / "overrides.yaml").write_text("- model.net.hidden=64\n")
+    OmegaConf.save(cfg, folder / ".hydra" / "config.yaml")
+    return metrics, folder
+
+
+def test_a_finished_run_given_to_resume_is_refused_in_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    metrics, run = _finished_run(tmp_path / "run")
+    before = _contents(run)
+    for again in ([], ["trainer.max_epochs=1"], ["trainer.max_epochs=abc"], ["trainer.limit_train_batches=5"]):
+        with pytest.raises(InputError) as refused:
+            resume.expand(["train.py", f"resume={run}", *again])
+        assert str(refused.value) == (
+            f"resume={run}: that run finished (its results are in metrics.json), so there is nothing to continue "
+            "and nothing was changed; to train it longer, give it more epochs (more than its 1: trainer.max_epochs=2)"
+        )
+    assert _contents(run) == before
+    # More epochs than it had: it continues, and its metrics.json keeps every metric, the best over both epochs.
+    assert "trainer.max_epochs=2" in resume.expand(["train.py", f"resume={run}", "trainer.max_epochs=2"])
+    longer = train(compose_config("train", run, [*RUN, "trainer.max_epochs=2", "logger=none", f"resume={run}"]))
+    assert metrics.keys() <= longer.keys()
+    assert longer["val/acc_best"] >= metrics["val/acc_best"]
+    assert json.loads((run / "metrics.json").read_text()) == pytest.approx(longer)
+    assert _last(run)["epoch"] == 1
+
+
+def test_a_run_continued_after_its_training_ended_reports_every_metric(tmp_path: Path) -> None:
+    """Killed after training, before its metrics.json: continued, it trains nothing more, tests, and reports
+    the training's metrics too (kept in its checkpoint), not the test's alone."""
+    metrics, run = _finished_run(tmp_path / "run")
+    (run / "metrics.json").unlink()
+    again = train(compose_config("train", run, [*RUN, "trainer.max_epochs=1", "logger=none", f"resume={run}"]))
+    assert again == pytest.approx(metrics)
+    assert json.loads((run / "metrics.json").read_text()) == pytest.approx(metrics)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"5\n", b"", b"a: [\n", b"- [1]\n", bytes(range(256))],
+    ids=["a number", "empty", "invalid YAML", "not strings", "binary"],
+)
+def test_a_damaged_overrides_record_is_refused_in_one_line_and_changes_nothing(damage: bytes, tmp_path: Path) -> None:
+    _, run = _finished_run(tmp_path / "run")
+    (run / "metrics.json").unlink()  # unfinished: its record is what a resume reads
+    (run / ".hydra" / "overrides.yaml").write_bytes(damage)
+    before = _contents(run)
+    with pytest.raises(InputError) as refused:
+        resume.expand(["train.py", f"resume={run}"])
+    assert str(refused.value).startswith(
+        f"resume={run}: {run / '.hydra' / 'overrides.yaml'} is damaged; it should hold the overrides the run was "
+        "started with, a YAML list of key=value strings"
+    )
+    assert _contents(run) == before
+
+
+SWEEP_RECORD = """\
+hydra:
+  sweeper:
+    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper
+  overrides:
+    hydra:
+    - hydra.mode=MULTIRUN
+    task:
+    - model.optimizer.lr=1e-2,1e-3
+    - trainer.max_epochs=1
+  job:
+    name: train
+  runtime:
+    version: 1.3.2
+task_name: train
+"""
+
+
+def _sweep(folder: Path, record: bytes) -> Path:
+    """A sweep folder as Hydra leaves it (its record), with a finished job."""
+    (folder / "0" / ".hydra").mkdir(parents=True)
+    (folder / "0" / ".hydra" / "overrides.yaml").write_text("- model.optimizer.lr=1e-2\n- trainer.max_epochs=1\n")
+    (folder / "0" / "metrics.json").write_text('{"val/acc_best": 0.5}')
+    (folder / resume.SWEEP_FILE).write_bytes(record)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"",
+        b"[1, 2]\n",
+        b"hydra: {overrides: {task: model.optimizer.lr=1e-2}}\n",
+        b"hydra: [\n",
+        SWEEP_RECORD[: SWEEP_RECORD.index("  job:")].encode(),  # cut short: valid YAML, the sweep's end missing
+        bytes(range(256)),
+    ],
+    ids=["empty", "a list", "task a string", "invalid YAML", "cut short", "binary"],
+)
+def test_a_damaged_sweep_record_is_refused_in_one_line_and_changes_nothing(damage: bytes, tmp_path: Path) -> None:
+    sweep = _sweep(tmp_path, damage)
+    before = _contents(sweep)
+    with pytest.raises(InputError) as refused:
+        resume.expand(["train.py", f"resume={sweep}"])
+    assert str(refused.value).startswith(f"resume={sweep}: its multirun.yaml is damaged; it should hold the sweep's")
+    assert _contents(sweep) == before
+
+
+@pytest.mark.parametrize(
+    "typo,message",
+    [
+        ("trainer.max_epochs=abc", "trainer.max_epochs=abc: should be a valid integer"),
+        ("model.optimizer.lr=-1", "model.optimizer.lr=-1"),
+        ("data.batch_sise=8", "Could not override 'data.batch_sise'."),
+    ],
+)
+def test_a_sweep_resumed_with_a_bad_override_is_refused_before_anything_is_written(
+    typo: str, message: str, tmp_path: Path
+) -> None:
+    sweep = _sweep(tmp_path, SWEEP_RECORD.encode())
+    before = _contents(sweep)
+    with pytest.raises(InputError, match=re.escape(message)):
+        resume.expand(["train.py", f"resume={sweep}", *SUITE, typo])
+    assert _contents(sweep) == before  # its record, and the finished job's folder
+    assert resume.expand(["train.py", f"resume={sweep}", *SUITE])  # without the typo: the record and task are sound
+    folder_lock.release(sweep)

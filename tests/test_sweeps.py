@@ -281,7 +281,10 @@ def test_a_killed_sweep_resumed_finishes_its_jobs_and_leaves_the_finished_one_un
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     assert not (sweep / "1" / "metrics.json").exists() and not (sweep / "2").exists()
     assert _load(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 10  # its first epoch's
-    before = _files(sweep / "0")
+    before, everything = _files(sweep / "0"), _files(sweep)
+    typo = run_script("train.py", f"resume={sweep}", "trainer.max_epochs=abc")  # refused before any job or record
+    assert (typo.returncode, typo.stderr.strip()) == (1, "Error: trainer.max_epochs=abc: should be a valid integer")
+    assert _files(sweep) == everything  # bytes and times: multirun.yaml, the jobs' folders
     resumed = run_script("train.py", f"resume={sweep}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _files(sweep / "0") == before  # the finished job: not run again, nothing rewritten

@@ -22,6 +22,7 @@ from mnistlab.runtime import (
     batch_hooks,
     config_tree,
     console,
+    folder_lock,
     hyperparameters,
     launch,
     resume,
@@ -38,12 +39,19 @@ console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydr
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
-    if (metrics := resume.finished_job(cfg)) is not None:
-        return metrics  # a job of a resumed sweep that had finished: left as it was
     check_devices(cfg)
     launch.check_environment()
     if launch.is_distributed_sweep_job(cfg):
         return launch.run_job_in_fresh_processes()
+    folder = Path(cfg.paths.output_dir)
+    folder_lock.hold(folder, "the run")  # a second start on this folder (resume=) is refused while it runs
+    try:
+        return _fit_and_test(cfg)
+    finally:
+        folder_lock.release(folder)
+
+
+def _fit_and_test(cfg: DictConfig) -> dict[str, float]:
     if cfg.get("ckpt_path"):
         load_checkpoint(cfg.ckpt_path)  # a missing or broken file: one line now, not a traceback from fit
     config_tree.show(cfg)

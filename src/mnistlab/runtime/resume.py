@@ -36,6 +36,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
+from mnistlab.runtime import folder_lock
 from mnistlab.runtime.checks import InputError, broken_checkpoint
 from mnistlab.runtime.failures import FAILURE_FILE
 from mnistlab.runtime.launch import METRICS_FILE
@@ -67,8 +68,12 @@ def expand(argv: list[str]) -> list[str]:
         return _expand_sweep(argv, folder)
     given = [arg for arg in argv[1:] if not arg.startswith(f"{KEY}=")]
     replaced = {_key(arg) for arg in given if not arg.startswith("-")} | {KEY, RUN_DIR_OVERRIDE}
+    folder_lock.refuse_if_held(folder, "the run")  # first: a run in use may not have its files yet
     _check(folder, from_checkpoint="ckpt_path" in replaced)
-    own = [arg for arg in _replayable(folder) if _key(arg) not in replaced]
+    saved = _replayable(folder)
+    _refuse_finished(folder, given)
+    folder_lock.hold(folder, "the run")  # after the checks: a refused resume leaves even the lock's file as it was
+    own = [arg for arg in saved if _key(arg) not in replaced]
     # Hydra saves this attempt's config nowhere: record() keeps it once the resume is known to work.
     return [argv[0], *own, f"{KEY}='{folder}'", *given, f"{RUN_DIR_OVERRIDE}='{folder}'", "hydra.output_subdir=null"]
 
@@ -77,16 +82,15 @@ def _expand_sweep(argv: list[str], folder: Path) -> list[str]:
     """``argv`` with ``resume=<sweep folder>`` replaced by that sweep, launched again into its folder."""
     if any(arg.startswith(f"{RUN_DIR_OVERRIDE}=") for arg in argv[1:]):
         return argv  # one job of a resumed sweep, re-run in processes of its own (launch.run_job_in_fresh_processes)
-    saved = (yaml.safe_load((folder / SWEEP_FILE).read_text()) or {}).get("hydra") or {}
-    if "optuna" in str((saved.get("sweeper") or {}).get("_target_", "")).lower():
-        raise InputError(
-            f"resume={folder} is an Optuna study: run its command again and the study goes on from its storage"
-        )
-    overrides = saved.get("overrides") or {}
+    folder_lock.refuse_if_held(folder, "the sweep")
+    saved = _sweep_record(folder)
+    overrides = saved["overrides"]
     given = [arg for arg in argv[1:] if not arg.startswith(f"{KEY}=") and arg not in ("-m", "--multirun")]
     replaced = {_key(arg) for arg in given if not arg.startswith("-")} | {KEY}
     launcher = [str(arg) for arg in overrides.get("hydra") or [] if LAUNCHER.fullmatch(str(arg))]
-    own = [arg for arg in _safe([str(arg) for arg in overrides.get("task") or []]) if _key(arg) not in replaced]
+    own = [arg for arg in _safe(overrides["task"]) if _key(arg) not in replaced]
+    _check_first_job(Path(argv[0]), folder, [*own, f"{KEY}='{folder}'", *given])
+    folder_lock.hold(folder, "the sweep")  # after the checks: a refused resume leaves even the lock's file as it was
     # A job that started before keeps its .hydra/ (the config it started with): run_folder.saved_once.
     subdir = "hydra.output_subdir='${saved_once:${hydra.runtime.output_dir}}'"  # quoted: nested, as the grammar allows
     return [argv[0], "-m", *launcher, *own, f"{KEY}='{folder}'", *given, f"hydra.sweep.dir='{folder}'", subdir]
@@ -130,8 +134,100 @@ def latest_overrides(folder: Path) -> Path:
 
 
 def _replayable(folder: Path) -> list[str]:
-    # Plain YAML: OmegaConf would resolve the interpolations in it while they are read.
-    return _safe([str(arg) for arg in yaml.safe_load(latest_overrides(folder).read_text()) or []])
+    path = latest_overrides(folder)
+    saved = _yaml(path)
+    if not (isinstance(saved, list) and all(isinstance(arg, str) for arg in saved)):
+        raise InputError(
+            f"resume={folder}: {path} is damaged; it should hold the overrides the run was started with, a YAML "
+            "list of key=value strings as Hydra writes it. Nothing was started: restore the file (or start the run "
+            "again with its overrides)"
+        )
+    return _safe(saved)
+
+
+def _sweep_record(folder: Path) -> dict:
+    """The ``hydra`` part of the sweep's multirun.yaml, where it is whole (its task overrides a list of
+    strings, and ``hydra.runtime`` after them: Hydra writes the overrides before it) and not an Optuna
+    study's."""
+    saved = _yaml(folder / SWEEP_FILE)
+    hydra = saved.get("hydra") if isinstance(saved, dict) else None
+    if not isinstance(hydra, dict):
+        hydra = {}
+    sweeper = hydra.get("sweeper")
+    if isinstance(sweeper, dict) and "optuna" in str(sweeper.get("_target_", "")).lower():
+        raise InputError(
+            f"resume={folder} is an Optuna study: run its command again and the study goes on from its storage"
+        )
+    overrides = hydra.get("overrides")
+    task = overrides.get("task") if isinstance(overrides, dict) else None
+    if not (isinstance(task, list) and all(isinstance(arg, str) for arg in task) and "runtime" in hydra):
+        raise InputError(
+            f"resume={folder}: its {SWEEP_FILE} is damaged; it should hold the sweep's config as Hydra saved it, "
+            "with the sweep's overrides under hydra.overrides.task. Nothing was started: restore the file (or "
+            "run the sweep's command again)"
+        )
+    return hydra
+
+
+def _yaml(path: Path) -> object:
+    """A saved file's YAML as plain data (OmegaConf would resolve the interpolations in it while they are
+    read); None for a file that cannot be read, is not text or is not YAML."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def _refuse_finished(folder: Path, given: list[str]) -> None:
+    """A run that finished (its metrics.json) continues only to train longer: more epochs or steps than
+    it was last given. Otherwise it would test its last weights and replace its results with theirs."""
+    if not (folder / METRICS_FILE).is_file():
+        return
+    saved = _yaml(latest_overrides(folder).parent / "config.yaml")
+    trainer = saved.get("trainer") if isinstance(saved, dict) else None
+    limits = trainer if isinstance(trainer, dict) else {}
+    for key in ("max_epochs", "max_steps"):
+        now = [arg.partition("=")[2] for arg in given if _key(arg) == f"trainer.{key}"]
+        before = limits.get(key)
+        if (
+            now
+            and now[-1].lstrip("-").isdigit()
+            and (not isinstance(before, int) or before < 0 or int(now[-1]) > before)
+        ):
+            return
+    epochs = limits.get("max_epochs")
+    more = (
+        f"more than its {epochs}: trainer.max_epochs={epochs * 2}" if isinstance(epochs, int) else "trainer.max_epochs"
+    )
+    raise InputError(
+        f"resume={folder}: that run finished (its results are in metrics.json), so there is nothing to continue and "
+        f"nothing was changed; to train it longer, give it more epochs ({more})"
+    )
+
+
+def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
+    """The resumed sweep's first job, composed and checked as train.py will: a bad override given now is
+    refused in one line before the sweep's record or any job's folder is touched."""
+    from hydra import compose, initialize_config_dir
+
+    from mnistlab.runtime import schema
+
+    job = [_first_value(arg) for arg in overrides if not arg.startswith("-")]
+    config = script.resolve().parent / "conf"
+    try:
+        with initialize_config_dir(config_dir=str(config), version_base="1.3", job_name="train"):
+            cfg = compose("train", overrides=[*job, f"paths.output_dir='{folder / '0'}'"])
+    except HydraException as err:
+        raise InputError(f"resume={folder}: {' '.join(str(err).split())}") from None  # Hydra's, in one line
+    schema.check(cfg, schema.TrainConfig)
+
+
+def _first_value(override: str) -> str:
+    """``key=a,b`` (or ``choice(a,b)``, ``range(...)``) as its first job has it: ``key=a``."""
+    parsed = OverridesParser.create().parse_override(override)
+    if not parsed.is_sweep_override():
+        return override
+    return f"{parsed.get_key_element()}={next(iter(parsed.sweep_string_iterator()))}"
 
 
 def _safe(saved: list[str]) -> list[str]:

@@ -46,11 +46,11 @@ def claim(parent: str) -> str:
 
 def discard_if_unused(folder: Path) -> None:
     """Delete ``folder`` if this process made it and nothing of a run is in it yet (a refused run):
-    only its saved config (.hydra/, config_tree.txt), its record (run_info.json, .diff) and logs."""
+    only its saved config (.hydra/, config_tree.txt), its record (run_info.json, .diff), lock and logs."""
     folder = folder.resolve()
     if folder not in _made_here or not folder.is_dir():
         return
-    unused = (".hydra", "config_tree.txt", "run_info.json", "run_info.diff")
+    unused = (".hydra", ".lock", "config_tree.txt", "run_info.json", "run_info.diff")
     if all(p.name in unused or p.suffix == ".log" for p in folder.iterdir()):
         shutil.rmtree(folder, ignore_errors=True)
         _made_here.discard(folder)

@@ -1,0 +1,93 @@
+"""A run or sweep folder takes one process at a time: a second start on it is refused in one line naming
+the holder, and the first goes on to the end (runtime/folder_lock.py)."""
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mnistlab.runtime import folder_lock
+from mnistlab.runtime.checks import InputError
+
+import processes
+from conftest import SHORT, run_script
+
+
+def test_a_held_folder_is_refused_naming_its_holder_and_free_once_released(tmp_path: Path) -> None:
+    # Another open file of the lock stands in for another process: flock locks belong to the open file.
+    other = open(tmp_path / folder_lock.FILE, "a+")  # noqa: SIM115
+    other.write("host elsewhere, pid 4242\n")
+    other.flush()
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with pytest.raises(InputError, match=re.escape(f"the run {tmp_path} is in use by host elsewhere, pid 4242")):
+        folder_lock.hold(tmp_path, "the run")
+    other.close()  # its process ended: the operating system releases its lock
+    folder_lock.hold(tmp_path, "the run")
+    try:
+        assert (tmp_path / folder_lock.FILE).read_text() == f"host {os.uname().nodename}, pid {os.getpid()}\n"
+        folder_lock.hold(tmp_path, "the run")  # again in the same process: it holds it already
+    finally:
+        folder_lock.release(tmp_path)
+
+
+def test_only_rank_zero_takes_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other ranks of a run work in its folder on purpose: they neither take nor wait for the lock."""
+    other = open(tmp_path / folder_lock.FILE, "a+")  # noqa: SIM115
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    for rank in folder_lock.RANKS:
+        monkeypatch.setenv(rank, "1")
+        folder_lock.hold(tmp_path, "the run")  # no refusal: not rank 0
+        monkeypatch.delenv(rank)
+    other.close()
+
+
+def _started(command: list[str], lock: Path) -> subprocess.Popen[str]:
+    process = processes.start(command)
+    deadline = time.monotonic() + 120
+    while f"pid {process.pid}" not in (lock.read_text() if lock.is_file() else ""):
+        assert process.poll() is None and time.monotonic() < deadline, "the first start never took its lock"
+        time.sleep(0.2)
+    return process
+
+
+@pytest.mark.slow
+def test_a_second_start_on_a_running_run_is_refused_and_the_first_keeps_every_metric(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    longer = ["trainer.max_epochs=6", "trainer.limit_train_batches=30", "logger=none", f"hydra.run.dir={run}"]
+    first = _started(processes.python("train.py", "trainer.accelerator=cpu", *longer), run / folder_lock.FILE)
+    for attempt in (["trainer.max_epochs=8"], []):  # to train it longer; the same again
+        second = run_script("train.py", f"resume={run}", *attempt, timeout=120)
+        assert second.returncode == 1
+        assert second.stderr.strip() == (
+            f"Error: the run {run} is in use by host {os.uname().nodename}, pid {first.pid}: wait for it to "
+            "end, or stop it first (a folder takes one process at a time)"
+        )
+    output = processes.finish(first)
+    assert first.returncode == 0, output[-3000:]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert {"val/acc", "val/acc_best", "train/loss", "test/acc"} <= metrics.keys()
+    assert [p.name for p in (run / "checkpoints").glob("*-v1.ckpt")] == []  # no second writer's files
+
+
+@pytest.mark.slow
+def test_a_resume_of_a_running_sweep_is_refused(tmp_path: Path) -> None:
+    sweep_args = ["-m", "model.optimizer.lr=1e-2,1e-3", "trainer.max_epochs=4", "logger=none", *SHORT[1:]]
+    command = processes.python("train.py", *sweep_args, f"paths.log_dir={tmp_path}")
+    first = processes.start(command)
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "train" / "multiruns").glob(f"*/{folder_lock.FILE}")):
+        assert first.poll() is None and time.monotonic() < deadline, "the sweep never took its lock"
+        time.sleep(0.2)
+    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
+    second = run_script("train.py", f"resume={sweep}", timeout=120)
+    assert second.returncode == 1
+    assert second.stderr.strip().startswith(f"Error: the sweep {sweep} is in use by host {os.uname().nodename}, pid ")
+    output = processes.finish(first)
+    assert first.returncode == 0, output[-3000:]
+    for job in ("0", "1"):
+        assert "val/acc_best" in json.loads((sweep / job / "metrics.json").read_text())
