@@ -146,8 +146,8 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
     _set_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
     datamodule, model = _instantiate(cfg.data, "data"), _instantiate(cfg.model, "model")
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
-    callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    callbacks = [_instantiate(c, f"callbacks.{k}") for k, c in (cfg.get("callbacks") or {}).items() if c is not None]
+    loggers = [_instantiate(c, f"logger.{k}") for k, c in (cfg.get("logger") or {}).items() if c is not None]
     # Lightning refuses a combination of trainer settings with its own error: Hydra 1.3 wraps it, 1.4 does not.
     try:
         trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers)
@@ -169,8 +169,9 @@ def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L
 
 
 def _instantiate(node: DictConfig, key: str) -> Any:
-    """A user's part, built: a value its class refuses (ValueError, TypeError) is the user's to fix, in one
-    line. Hydra 1.3 wraps the class's error, 1.4 does not."""
+    """A part of the run, built: a value its class refuses (ValueError, TypeError) is the user's to fix, in
+    one line, as is what it finds wrong in the run's folder (InputError). Hydra 1.3 wraps the class's error,
+    1.4 does not."""
     try:
         return instantiate(node)
     except (InstantiationException, ValueError, TypeError) as err:

@@ -25,22 +25,42 @@ log = logging.getLogger(__name__)
 
 
 def saved_id(folder: str | Path, tracker: str) -> str | None:
-    """The id of the ``tracker`` run the run in ``folder`` logged into, or None for a new one."""
+    """The id of the ``tracker`` run the run in ``folder`` logged into, or None for a new one. A run that
+    goes on in its folder (its checkpoints/last.ckpt) with no id to go on with says that it starts a new one."""
     path = Path(folder) / IDS_FILE
-    try:
-        found = json.loads(path.read_text()).get(tracker) if path.is_file() else None
-    except (OSError, ValueError, AttributeError):  # cut short, or not a JSON object: start a new tracker run
-        found = None
+    found = _saved_ids(path).get(tracker)
     if found is not None and not (isinstance(found, str) and AN_ID.fullmatch(found)):
         log.warning("%s: %s's run id %r is not an id; this run starts a new %s run", path, tracker, found, tracker)
         return None
+    if found is None and (Path(folder) / "checkpoints" / "last.ckpt").is_file():
+        log.warning(
+            "%s names no %s run for this run to go on in: its metrics go to a new %s run", path, tracker, tracker
+        )
     return found
+
+
+def _saved_ids(path: Path) -> dict[str, Any]:
+    """The ids a run folder keeps; one line, before any tracker run is opened, for a file cut short or
+    damaged (a new tracker run would leave the old one open and split the run's curves in two)."""
+    if not path.is_file():
+        return {}
+    try:
+        ids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        ids = None
+    if not isinstance(ids, dict):
+        raise InputError(
+            f"{path} is damaged; it should hold the ids of the tracker runs this run logs into, as a JSON object "
+            '({"mlflow": "<run id>", "wandb": "<run id>"}): restore it to go on logging into them, or remove it to '
+            "start new ones"
+        )
+    return ids
 
 
 @rank_zero_only
 def keep_id(folder: str | Path, tracker: str, run_id: str) -> None:
     path = Path(folder) / IDS_FILE
-    ids = json.loads(path.read_text()) if path.is_file() else {}
+    ids = _saved_ids(path)
     if ids.get(tracker) != run_id:
         atomic.write_text(path, json.dumps(ids | {tracker: run_id}, indent=2) + "\n")
 
