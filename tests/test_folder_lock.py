@@ -41,7 +41,8 @@ def test_only_rank_zero_takes_the_lock(tmp_path: Path, monkeypatch: pytest.Monke
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     for rank in folder_lock.RANKS:
         monkeypatch.setenv(rank, "1")
-        folder_lock.hold(tmp_path, "the run")  # no refusal: not rank 0
+        folder_lock.refuse_if_held(tmp_path, "the run")  # no refusal: not rank 0
+        folder_lock.hold(tmp_path, "the run")
         monkeypatch.delenv(rank)
     other.close()
 

@@ -63,7 +63,7 @@ def hold(folder: Path, what: str) -> None:
 def refuse_if_held(folder: Path, what: str) -> None:
     """Refuse as :func:`hold` does where another process holds ``folder``, without taking its lock or
     writing anything: a start that may yet be refused for another reason leaves the folder as it was."""
-    if folder.resolve() in _held:
+    if folder.resolve() in _held or not _rank_zero():
         return
     try:
         file = open(folder / FILE)  # noqa: SIM115 (a folder no process ever held has none)
