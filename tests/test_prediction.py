@@ -130,3 +130,19 @@ def test_predict_refuses_a_malicious_checkpoint_in_one_line(
         assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("Error: "), result.stderr
         assert "Traceback" not in result.stderr
         assert not (tmp_path / MARKER).exists(), f"{checkpoint.name}: the payload ran"
+
+
+def test_a_16_bit_png_reads_as_the_same_digit_at_8_bits(tmp_path: Path) -> None:
+    """16-bit grey PNGs (a scanner's, a microscope's) are scaled to 0..255, not clipped at 255: each of
+    the test digits prepares as it does from its 8-bit file, for predict.py and the server alike."""
+    from mnistlab.trained import digits
+
+    images, _ = _test_set()
+    for i, image in enumerate(images.numpy()):
+        Image.fromarray(image).save(tmp_path / f"{i}_8.png")
+        Image.fromarray(image.astype(np.uint16) * 257).save(tmp_path / f"{i}_16.png")  # 255 -> 65535
+        assert Image.open(tmp_path / f"{i}_16.png").mode.startswith("I")  # PIL reads it as 16-bit
+        eight = digits.load(tmp_path / f"{i}_8.png", max_pixels=10_000)
+        np.testing.assert_allclose(digits.load(tmp_path / f"{i}_16.png", max_pixels=10_000), eight, atol=1e-3)
+        body = (tmp_path / f"{i}_16.png").read_bytes()
+        np.testing.assert_allclose(digits.decode(body, max_pixels=10_000)[0], eight, atol=1e-3)

@@ -18,6 +18,7 @@ from mnistlab.runtime.checks import InputError
 
 SUFFIXES = {".png", ".jpg", ".jpeg"}
 BOX, FIELD = 20, 28  # the digit's box and the image, in pixels
+WIDE = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I": 65535}  # PIL's modes of 16-bit grey (PNG, TIFF): full scale
 # A larger image is reduced by a whole factor as it is read, to a longer side of 256-511 pixels: at
 # least 12 times the box, so the digit keeps its shape (MNIST's own digits, written at 2-3 times their
 # size, are not reduced and come back pixel for pixel).
@@ -65,9 +66,11 @@ def _read(source: Path | BinaryIO, name: str, max_pixels: int) -> np.ndarray:
             factor = _reduction(image.size)
             image.draft("L", (image.width // factor, image.height // factor))  # JPEG: decoded at 1/2 to 1/8
             shown: Image.Image = image
-            if image.mode in ("RGBA", "LA", "P"):  # transparency: onto white, as it would be shown
+            if image.mode in WIDE:  # 16-bit grey: scaled to 0..255, where convert("L") would clip at 255
+                shown = Image.fromarray(np.asarray(image, dtype=np.float32) * (255 / WIDE[image.mode]), "F")
+            elif image.mode in ("RGBA", "LA", "P"):  # transparency: onto white, as it would be shown
                 shown = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
-            grey = shown.convert("L").reduce(_reduction(shown.size))
+            grey = (shown if shown.mode == "F" else shown.convert("L")).reduce(_reduction(shown.size))
     except InputError:
         raise
     except UnidentifiedImageError:
