@@ -1,9 +1,11 @@
 """predict.py: digit images of any size, prepared as MNIST's were, classified as the model does."""
 
 import csv
+import re
 from pathlib import Path
 
 import numpy as np
+import onnx_models
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -146,3 +148,12 @@ def test_a_16_bit_png_reads_as_the_same_digit_at_8_bits(tmp_path: Path) -> None:
         np.testing.assert_allclose(digits.load(tmp_path / f"{i}_16.png", max_pixels=10_000), eight, atol=1e-3)
         body = (tmp_path / f"{i}_16.png").read_bytes()
         np.testing.assert_allclose(digits.decode(body, max_pixels=10_000)[0], eight, atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", [["N", 784], ["N", 3, 32, 32]], ids=["flat", "RGB"])
+def test_an_onnx_model_that_does_not_take_digit_images_is_refused_before_any_is_read(shape, tmp_path: Path) -> None:
+    model = onnx_models.flattening(tmp_path / "model.onnx", shape)
+    shown = "(" + ", ".join(str(d) for d in shape[1:]) + ")"
+    with pytest.raises(InputError, match=re.escape(f"the model takes inputs of shape {shown}, but predict.py's digit")):
+        predict(_config("predict", tmp_path, [f"ckpt_path={model}", f"input={tmp_path}"]))
+    assert not (tmp_path / "predictions.csv").exists()

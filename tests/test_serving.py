@@ -7,17 +7,20 @@ the test set's inputs before normalisation; the example's own input, images, has
 import base64
 import io
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import numpy as np
+import onnx_models
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
 from mnistlab.runtime.checkpoint_io import load_checkpoint
-from mnistlab.trained import loading, model_card
+from mnistlab.runtime.checks import InputError
+from mnistlab.trained import classifier, http_api, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
 from conftest import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED, serving
@@ -119,3 +122,28 @@ def test_an_exported_onnx_model_is_served_with_its_cards_preprocessing(trained_c
     with serving(tmp_path / "serve", f"ckpt_path={onnx}", "decode=npy") as url:
         assert _classes([_post(url, b) for b in bodies]) == expected
         assert httpx.get(f"{url}/info").json()["model"]["classes"] == model_card.read(onnx)["classes"]
+
+
+@pytest.mark.parametrize(
+    "shape,card,message",
+    [
+        (["N", 4], None, "carries no model card (export.py writes one into the file)"),
+        ([1, 4], onnx_models.CARD, "takes batches of exactly 1: export it with any batch size"),
+    ],
+    ids=["no card", "batch of 1"],
+)
+def test_an_onnx_model_that_would_be_run_wrong_is_refused_in_one_line(shape, card, message: str, tmp_path) -> None:
+    """Without its card its inputs would go unnormalised (probabilities saturate); with a fixed batch every
+    batched request would fail. Both refused as the model loads, before a server says it is healthy."""
+    model = onnx_models.flattening(tmp_path / "model.onnx", shape, card)
+    with pytest.raises(InputError, match=re.escape(f"{model} {message}")):
+        classifier.load(model)
+
+
+def test_an_input_the_onnx_model_does_not_take_is_refused_naming_both_shapes(tmp_path) -> None:
+    model = classifier.load(onnx_models.flattening(tmp_path / "model.onnx", ["N", 3, "H", "W"]))
+    assert model.probabilities(np.zeros((2, 3, 5, 7), np.float32)).shape == (2, 105)  # any H, W
+    with pytest.raises(InputError, match=re.escape("an input of shape (1, 28, 28): the model takes (3, any, any)")):
+        model.probabilities(np.zeros((2, 1, 28, 28), np.float32))
+    answers = http_api.classify(model, lambda body: np.zeros((1, 28, 28), np.float32), [b"x"])  # the server's 400
+    assert answers == ["an input of shape (1, 28, 28): the model takes (3, any, any)"]

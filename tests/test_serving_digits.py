@@ -6,13 +6,14 @@ import io
 
 import httpx
 import numpy as np
+import onnx_models
 import pytest
 from PIL import Image
 from torchvision.datasets import MNIST
 
 from mnistlab.trained import classifier, digits
 
-from conftest import DATA_DIR, serving
+from conftest import DATA_DIR, run_script, serving
 
 
 def _png(pixels: np.ndarray, scale: int, dark_on_light: bool) -> bytes:
@@ -47,3 +48,15 @@ def test_digit_images_are_classified_as_predict_classifies_them_and_bad_ones_get
             refused = httpx.post(f"{url}/predict", content=body, headers={"Content-Type": "image/png"})
             assert refused.status_code == 400 and reason in refused.json()["detail"], refused.text
         assert httpx.get(f"{url}/health").text == "ok"
+
+
+@pytest.mark.slow
+def test_a_model_that_does_not_take_digit_images_is_refused_at_start_not_served(tmp_path) -> None:
+    """Not a healthy server that answers every request with a 400 blaming its client: one line, exit 1."""
+    model = onnx_models.flattening(tmp_path / "model.onnx", ["N", 784])
+    result = run_script("serve.py", f"ckpt_path={model}", f"paths.log_dir={tmp_path}", timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "Error: the model takes inputs of shape (784), but decode (mnistlab.trained.digits.decode) gives (1, 28, 28): "
+        "serve or predict with a model exported from a checkpoint of this task"
+    )

@@ -23,14 +23,34 @@ class Classifier:
     logits: Callable[[np.ndarray], np.ndarray]  # the network's inputs (N, ...) -> logits (N, classes)
     card: dict[str, Any]  # the preprocessing (scale, mean, std) and the class names
     device: str = "cpu"
+    input_shape: tuple[int | str | None, ...] | None = None  # of one input, where the model says (ONNX); str: any
     classes: list[str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.classes = list(self.card.get("classes") or [])
 
+    def takes(self, shape: Sequence[int]) -> bool:
+        """Whether the model takes one input of ``shape``, as far as it says (a checkpoint says nothing)."""
+        wanted = self.input_shape
+        return wanted is None or (
+            len(wanted) == len(shape) and all(not isinstance(w, int) or w == s for w, s in zip(wanted, shape))
+        )
+
+    def expect(self, shape: Sequence[int], source: str) -> None:
+        """Refuse, in one line, a model that cannot take what ``source`` gives it: one input of ``shape``."""
+        if not self.takes(shape):
+            raise InputError(
+                f"the model takes inputs of shape {_shown(self.input_shape)}, but {source} gives {_shown(shape)}: "
+                "serve or predict with a model exported from a checkpoint of this task"
+            )
+
     def probabilities(self, inputs: np.ndarray) -> np.ndarray:
         """Raw inputs (N, ...), as the network takes them before normalisation -> the probability of each
         class (N, classes)."""
+        if not self.takes(inputs.shape[1:]):
+            raise InputError(
+                f"an input of shape {_shown(inputs.shape[1:])}: the model takes {_shown(self.input_shape)}"
+            )
         x = inputs.astype(np.float32)
         if "mean" in self.card:
             x = (x / self.card["scale"] - self.card["mean"]) / self.card["std"]
@@ -82,5 +102,18 @@ def _from_onnx(path: Path, device: str) -> Classifier:
     except Exception as err:  # noqa: BLE001 -- onnxruntime raises its own Fail/InvalidProtobuf types
         raise InputError(f"{path} is not an ONNX model onnxruntime can load: {str(err).splitlines()[0]}") from None
     card = model_card.from_strings(session.get_modelmeta().custom_metadata_map)
-    name = session.get_inputs()[0].name
-    return Classifier(lambda x: session.run(None, {name: x})[0], card, device)
+    if "preprocessing" not in card:
+        raise InputError(
+            f"{path} carries no model card (export.py writes one into the file): without it, nothing says how "
+            "its inputs are normalised or what its classes are; export the checkpoint again with python export.py "
+            "format=onnx"
+        )
+    (entry,) = session.get_inputs()
+    batch, *shape = entry.shape
+    if isinstance(batch, int):
+        raise InputError(f"{path} takes batches of exactly {batch}: export it with any batch size (export.py does)")
+    return Classifier(lambda x: session.run(None, {entry.name: x})[0], card, device, tuple(shape))
+
+
+def _shown(shape: Sequence[int | str | None] | None) -> str:
+    return "(" + ", ".join(str(d) if isinstance(d, int) else "any" for d in (shape or ())) + ")"

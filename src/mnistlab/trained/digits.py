@@ -18,6 +18,7 @@ from mnistlab.runtime.checks import InputError
 
 SUFFIXES = {".png", ".jpg", ".jpeg"}
 BOX, FIELD = 20, 28  # the digit's box and the image, in pixels
+SHAPE = (1, FIELD, FIELD)  # what load() and decode() give the network for one image: one channel
 WIDE = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I": 65535}  # PIL's modes of 16-bit grey (PNG, TIFF): full scale
 # A larger image is reduced by a whole factor as it is read, to a longer side of 256-511 pixels: at
 # least 12 times the box, so the digit keeps its shape (MNIST's own digits, written at 2-3 times their

@@ -83,6 +83,8 @@ def classify(net: Classifier, decode: Callable[[bytes], np.ndarray], bodies: lis
         answers: list[np.ndarray | str]
         try:
             answers = list(net.probabilities(np.stack([inputs[i] for i in chosen])))
+        except InputError as err:  # a shape the model says it does not take
+            answers = [str(err)] * len(chosen)
         except Exception as err:  # noqa: BLE001 -- torch and onnxruntime raise their own types for a bad shape
             answers = [f"the network cannot take an input of shape {shape}: {err}"] * len(chosen)
         for i, answer in zip(chosen, answers, strict=True):

@@ -32,6 +32,7 @@ def predict(cfg: DictConfig) -> list[dict[str, object]]:
     output = _check_output(Path(cfg.output), cfg.overwrite)
     device = _device(cfg.device)
     model = classifier.load(cfg.ckpt_path, device.type, cfg.paths.data_dir, cfg.trusted_modules)
+    model.expect(digits.SHAPE, "predict.py's digit images")
     files = digits.find(Path(cfg.input))
     rows: list[dict[str, object]] = []
     skipped: list[str] = []
@@ -39,7 +40,7 @@ def predict(cfg: DictConfig) -> list[dict[str, object]]:
         batch, images = _read(files[start : start + cfg.batch_size], cfg.max_pixels, skipped)
         if not batch:
             continue
-        probabilities = model.probabilities(np.stack(images)[:, None])  # one channel: (N, 1, 28, 28)
+        probabilities = model.probabilities(np.stack(images)[:, None])  # one channel: (N, *digits.SHAPE)
         for path, p in zip(batch, probabilities, strict=True):
             rows.append(
                 {"file": str(path), "predicted": int(p.argmax()), **{f"p{c}": float(p[c]) for c in range(len(p))}}

@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -40,8 +41,10 @@ class Placed(NamedTuple):
 def serve(cfg: DictConfig) -> None:
     from mnistlab.trained import classifier
 
-    instantiate(cfg.decode)  # a bad decode config fails here, in one line
+    decode = instantiate(cfg.decode)  # a bad decode config fails here, in one line
     probe = classifier.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules)  # so does a bad model file
+    if shape := getattr(sys.modules[decode.func.__module__], "SHAPE", None):  # a decoder of one shape says which
+        probe.expect(shape, f"decode ({cfg.decode._target_})")  # refused now, not with a 400 on every request
     devices = placement(cfg.accelerator, cfg.devices, cfg.workers_per_device)
     threads = max(1, len(os.sched_getaffinity(0)) // len(devices))  # torch's, per process: no oversubscription
     info = {
