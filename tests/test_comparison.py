@@ -105,3 +105,37 @@ def test_compare_names_a_missing_folder_and_a_metric_no_run_has(tmp_path: Path) 
     with pytest.raises(InputError, match="none of the 1 runs has val/loss in its metrics.json"):
         comparison.compare([run], metric="val/loss")
     assert comparison.compare([run]) == run / comparison.FIGURE_FILE  # the run's own metric, by default
+
+
+def _run(folder: Path, metrics: str, overrides: str = "- model.optimizer.lr=0.01\n") -> Path:
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text(overrides)
+    (folder / ".hydra" / "config.yaml").write_text("optimized_metric: val/acc_best\n")
+    (folder / "metrics.json").write_text(metrics)
+    return folder
+
+
+def test_results_of_the_wrong_kind_read_as_no_result(tmp_path: Path) -> None:
+    """A metrics.json holding a list or a number, an overrides.yaml holding a number: no result, no traceback."""
+    good = _run(tmp_path / "good", '{"val/acc_best": 0.9}')
+    odd = [_run(tmp_path / "list", "[0.9]"), _run(tmp_path / "number", '{"val/acc_best": 0.8}', overrides="5\n")]
+    runs = [run for folder in (good, *odd) for run in read_jobs(folder, "val/acc_best")]
+    lr = {"model.optimizer.lr": "0.01"}
+    assert [(run.metric, run.params) for run in runs] == [(0.9, lr), (None, lr), (0.8, {})]
+    assert comparison.compare([good, *odd], out=tmp_path / "all.png") == tmp_path / "all.png"
+
+
+def test_an_out_that_cannot_be_written_is_refused_in_one_line_before_any_work(tmp_path: Path) -> None:
+    run = _run(tmp_path / "run", '{"val/acc_best": 0.9}')
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    refusals = {
+        tmp_path: f"--out {tmp_path} is a folder: name the PNG to write, e.g. --out {tmp_path / 'comparison.png'}",
+        a_file / "x.png": f"--out {a_file / 'x.png'}: no folder {a_file} to write it in",
+        Path("/proc/x.png"): "cannot write /proc/x.png: ",  # a folder no one may write in, root included
+    }
+    for out, message in refusals.items():
+        with pytest.raises(InputError) as refused:
+            comparison.compare([run], out=out)
+        assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+    assert list(tmp_path.glob("*.png")) == [] and a_file.read_text() == ""

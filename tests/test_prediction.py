@@ -157,3 +157,21 @@ def test_an_onnx_model_that_does_not_take_digit_images_is_refused_before_any_is_
     with pytest.raises(InputError, match=re.escape(f"the model takes inputs of shape {shown}, but predict.py's digit")):
         predict(_config("predict", tmp_path, [f"ckpt_path={model}", f"input={tmp_path}"]))
     assert not (tmp_path / "predictions.csv").exists()
+
+
+def test_predict_says_when_the_data_differs_from_the_checkpoints(trained_example: Path, tmp_path: Path, caplog) -> None:
+    """README, Run records: predict.py compares the code, versions and data of now with the checkpoint's."""
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for source in (Path(DATA_DIR) / "MNIST" / "raw").iterdir():
+        (raw / source.name).symlink_to(source)
+    changed = raw / "t10k-labels-idx1-ubyte"
+    changed.unlink()
+    changed.write_bytes((Path(DATA_DIR) / "MNIST" / "raw" / changed.name).read_bytes()[:-1] + b"\x00")  # a label
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.fromarray(_test_set()[0][0].numpy()).save(images / "digit.png")
+    overrides = [f"ckpt_path={trained_example}", f"input={images}", f"paths.data_dir={tmp_path / 'data'}"]
+    predict(_config("predict", tmp_path, overrides))
+    assert f"{trained_example} was written by other code or data than now: " in caplog.text
+    assert "data file t10k-labels-idx1-ubyte differs" in caplog.text

@@ -1,16 +1,19 @@
+import re
 import subprocess
 from pathlib import Path
 from typing import BinaryIO
 
+import onnx_models
 import pytest
 import torch
 from hydra.utils import instantiate
 
-from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO
+from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO, load_checkpoint
 from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import evaluate, train
+from mnistlab.trained import loading
 
-from conftest import SHORT, SUITE_DATA, compose_config, run_script
+from conftest import SHORT, SUITE_DATA, TRUSTED, compose_config, run_script
 
 
 def _best_checkpoint(out: Path) -> Path:
@@ -65,11 +68,36 @@ def test_eval_refuses_missing_and_corrupt_checkpoints(tmp_path: Path) -> None:
         evaluate(compose_config("eval", tmp_path, [f"ckpt_path={corrupt}"]))
 
 
-def test_eval_refuses_a_checkpoint_of_another_model(train_cfg, tmp_path: Path) -> None:
+def test_a_checkpoint_of_another_model_is_refused_naming_the_layer(train_cfg, tmp_path: Path) -> None:
+    """eval.py and train.py ckpt_path= with a model of other settings; a checkpoint whose own config and
+    weights disagree (predict, export, serve): one line naming the first layer and both shapes."""
     train(train_cfg)
-    cfg = compose_config("eval", tmp_path / "eval", [f"ckpt_path={_best_checkpoint(tmp_path)}", "model.net.hidden=32"])
-    with pytest.raises(InputError, match="do not fit the configured model"):
-        evaluate(cfg)
+    best = _best_checkpoint(tmp_path)
+    layer = r"its weights do not fit the model: (net\.)?\S+ is \(\d+(, \d+)*\) in the checkpoint and \(\d+(, \d+)*\) in the model"
+    with pytest.raises(InputError, match=rf"^ckpt_path={re.escape(str(best))}: {layer}; use the model settings"):
+        evaluate(compose_config("eval", tmp_path / "eval", [f"ckpt_path={best}", "model.net.hidden=32"]))
+    run = tmp_path / "again"
+    with pytest.raises(InputError, match=rf"^ckpt_path={re.escape(str(best))}: {layer}"):
+        train(compose_config("train", run, [*SHORT, f"ckpt_path={best}", "model.net.hidden=32", "logger=tensorboard"]))
+    assert not (run / "tensorboard").exists() and not (run / "checkpoints").exists()  # refused before they write
+    altered = torch.load(best, weights_only=True)
+    altered["config"]["model"]["net"]["hidden"] = 32
+    with pytest.raises(InputError, match=rf"^the checkpoint: {layer}; its saved config and its weights disagree"):
+        loading.network(altered, TRUSTED)
+
+
+def test_an_onnx_model_or_a_pickle_given_as_a_checkpoint_gets_no_advice_to_unpickle(
+    pickle_checkpoint: Path, tmp_path: Path
+) -> None:
+    onnx = onnx_models.flattening(tmp_path / "model.onnx", ["N", 4])
+    with pytest.raises(InputError, match=re.escape(f"ckpt_path={onnx} is an ONNX model: this takes a checkpoint")):
+        evaluate(compose_config("eval", tmp_path / "eval", [f"ckpt_path={onnx}"]))
+    with pytest.raises(InputError) as refused:
+        load_checkpoint(pickle_checkpoint)
+    assert str(refused.value) == (
+        f"ckpt_path={pickle_checkpoint} is not a readable checkpoint: it holds objects other than tensors and plain "
+        "values, which are never unpickled (a checkpoint is data)"
+    )
 
 
 @pytest.mark.slow

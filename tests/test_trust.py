@@ -62,7 +62,7 @@ def test_every_entry_point_refuses_a_malicious_checkpoint_in_one_line(
         result = run_script(script, *overrides, timeout=240)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1 and lines and lines[-1].startswith("Error: "), (name, result.stderr[-2000:])
-        assert "Traceback" not in result.stderr, name
+        assert "Traceback" not in result.stderr and "weights_only" not in result.stderr, name  # no advice to unpickle
         assert not (tmp_path / MARKER).exists(), f"{name}: the payload ran"
     assert not any((tmp_path / "out" / "train" / "runs").iterdir())  # the refused runs left no folder behind
 

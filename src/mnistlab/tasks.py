@@ -29,7 +29,7 @@ from mnistlab.runtime import (
     run_record,
     signals,
 )
-from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, load_checkpoint
+from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.runtime.stopping import SafeStop
 
@@ -56,7 +56,7 @@ def _fit_and_test(cfg: DictConfig) -> dict[str, float]:
         load_checkpoint(cfg.ckpt_path)  # a missing or broken file: one line now, not a traceback from fit
     config_tree.show(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    datamodule, model, trainer = _build(cfg)
+    datamodule, model, trainer = _build(cfg, cfg.get("ckpt_path"))
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
     # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
@@ -107,15 +107,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = load_checkpoint(cfg.ckpt_path)
     config_tree.show(cfg)
-    datamodule, model, trainer = _build(cfg)
+    datamodule, model, trainer = _build(cfg, cfg.ckpt_path)
     run_record.warn_if_different(checkpoint, cfg.ckpt_path, run_record.data_files(datamodule))
-    try:
-        model.load_state_dict(checkpoint["state_dict"])
-    except RuntimeError as err:
-        raise InputError(
-            f"the weights in {cfg.ckpt_path} do not fit the configured model; evaluate with the model "
-            f"overrides the run was trained with (its checkpoint keeps them under 'config'): {err}"
-        ) from err
+    model.load_state_dict(checkpoint["state_dict"])
     trainer.test(model, datamodule=datamodule)
     metrics = _floats(trainer.callback_metrics)
     log.info("Evaluated %s: %s", cfg.ckpt_path, _describe(metrics, "test/"))
@@ -142,9 +136,15 @@ def _log_overrides(cfg: DictConfig) -> None:
         log.info("Overrides: %s", " ".join(overrides) or "none")
 
 
-def _build(cfg: DictConfig) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
+def _build(
+    cfg: DictConfig, weights_from: str | None = None
+) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
+    """The run's parts; ``weights_from``: a checkpoint whose weights the model must fit, checked before the
+    loggers and the trainer write anything into the run's folder."""
     _set_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
     datamodule, model = _instantiate(cfg.data, "data"), _instantiate(cfg.model, "model")
+    if weights_from:
+        fit_weights(model, load_checkpoint(weights_from)["state_dict"], f"ckpt_path={weights_from}")
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
     callbacks = [_instantiate(c, f"callbacks.{k}") for k, c in (cfg.get("callbacks") or {}).items() if c is not None]
     loggers = [_instantiate(c, f"logger.{k}") for k, c in (cfg.get("logger") or {}).items() if c is not None]

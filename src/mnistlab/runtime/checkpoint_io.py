@@ -2,17 +2,21 @@
 
 import errno
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from torch import nn
 
 from mnistlab.runtime import atomic, launch
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checks import InputError, broken_checkpoint
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
+# What to do when a checkpoint does not fit the configured model: it was trained with other settings.
+RETRAINED = "use the model settings it was trained with (its config is in the checkpoint, under 'config')"
 CONFIG_KEY = "config"  # in every checkpoint of train.py: the run's resolved config, plain containers
 
 
@@ -89,8 +93,36 @@ def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{what}={path}: no such file")
+    if path.suffix == ".onnx":
+        raise InputError(
+            f"{what}={path} is an ONNX model: this takes a checkpoint of train.py (.ckpt); predict.py and serve.py "
+            "take ONNX models too"
+        )
+    if broken := broken_checkpoint(path):
+        raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {broken}")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file
-        reason = " ".join(str(err).split())[:300]
-        raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {reason}") from err
+        raise InputError(f"{what}={path} is not a readable checkpoint: {_refusal(err)}") from err
+
+
+def _refusal(err: Exception) -> str:
+    """Torch's reason, without its advice to load with ``weights_only=False``: that would run whatever
+    code the file holds."""
+    reason = " ".join(str(err).split())
+    if "weights_only" in reason or isinstance(err, pickle.UnpicklingError):
+        return "it holds objects other than tensors and plain values, which are never unpickled (a checkpoint is data)"
+    return reason[:300]
+
+
+def fit_weights(module: nn.Module, weights: dict[str, Any], what: str, remedy: str = RETRAINED) -> None:
+    """Refuse, naming the first layer that differs, ``weights`` (a state dict) that ``module`` cannot take:
+    ``what`` names the checkpoint, ``remedy`` what to do."""
+    own = module.state_dict()
+    for name, tensor in weights.items():
+        if name in own and hasattr(tensor, "shape") and tuple(own[name].shape) != tuple(tensor.shape):
+            shapes = f"{tuple(tensor.shape)} in the checkpoint and {tuple(own[name].shape)} in the model"
+            raise InputError(f"{what}: its weights do not fit the model: {name} is {shapes}; {remedy}")
+    if (missing := sorted(own.keys() - weights.keys())) or (unknown := sorted(weights.keys() - own.keys())):
+        named = f"the model's {missing[0]} is not in it" if missing else f"its {unknown[0]} is not in the model"
+        raise InputError(f"{what}: its weights do not fit the model: {named}; {remedy}")

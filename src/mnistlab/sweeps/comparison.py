@@ -11,6 +11,7 @@ The curves are read from what the run's logger left in its folder: TensorBoard's
 import csv
 import io
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -48,12 +49,26 @@ def compare(
             )
         if not (folder / ".hydra").is_dir() and not any(folder.glob("*/.hydra/overrides.yaml")):
             raise InputError(f"{folder} is neither a run's folder nor a sweep's (no .hydra/ in it or in its jobs)")
+    path = out or (folders[0] / FIGURE_FILE if len(folders) == 1 else Path(FIGURE_FILE))
+    _check_writable(path)
     metric = metric or _optimized_metric(folders[0])
     runs = [run for folder in folders for run in read_jobs(folder, metric)]
     if all(run.metric is None for run in runs):
         raise InputError(f"none of the {len(runs)} runs has {metric} in its metrics.json: name another with --metric")
-    path = out or (folders[0] / FIGURE_FILE if len(folders) == 1 else Path(FIGURE_FILE))
-    return save(path, runs, varied(runs), metric, curve)
+    try:
+        return save(path, runs, varied(runs), metric, curve)
+    except OSError as err:  # the disk filled, the folder went away while it was drawn
+        raise InputError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse, before any work, a figure that could not be written."""
+    if path.is_dir():
+        raise InputError(f"--out {path} is a folder: name the PNG to write, e.g. --out {path / FIGURE_FILE}")
+    if not path.parent.is_dir():
+        raise InputError(f"--out {path}: no folder {path.parent} to write it in")
+    if not os.access(path.parent, os.W_OK):
+        raise InputError(f"--out {path}: the folder {path.parent} cannot be written (its permissions)")
 
 
 def _optimized_metric(folder: Path) -> str:

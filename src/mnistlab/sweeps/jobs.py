@@ -40,8 +40,10 @@ def read_jobs(folder: Path, metric: str) -> list[Job]:
     for overrides in folder.rglob(".hydra/overrides.yaml"):
         job = overrides.parent.parent
         # Plain YAML: OmegaConf would resolve the interpolations in a job's overrides while they are read.
-        params = dict(str(o).split("=", 1) for o in _read(overrides, _yaml) or [] if "=" in str(o))
-        value = (_read(job / METRICS_FILE, lambda p: json.loads(p.read_text())) or {}).get(metric)
+        saved = _read(overrides, _yaml)
+        params = dict(str(o).split("=", 1) for o in saved if "=" in str(o)) if isinstance(saved, list) else {}
+        metrics = _read(job / METRICS_FILE, lambda p: json.loads(p.read_text()))
+        value = metrics.get(metric) if isinstance(metrics, dict) else None  # a list, a number: not a result
         reason = _read(job / FAILURE_FILE, lambda p: p.read_text().partition("\n")[0])
         number = value if isinstance(value, int | float) else None
         jobs.append(Job(job, params, number, reason, (job / PRUNED_FILE).is_file()))

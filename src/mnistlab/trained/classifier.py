@@ -70,9 +70,9 @@ def load(
     if path.suffix == ".onnx":
         return _from_onnx(path, device)
     checkpoint = load_checkpoint(path)
-    run_record.warn_if_different(checkpoint, str(path))  # the code; the data is not read here
     net = loading.network(checkpoint, trusted).to(device)
     datamodule = loading.datamodule(checkpoint, trusted, data_dir=data_dir)  # built, never set up: no data is read
+    run_record.warn_if_different(checkpoint, str(path), run_record.data_files(datamodule))  # code, versions, data
     classes = model_card.class_names(datamodule) or _numbered(loading.network_config(checkpoint))
     card = {**model_card.preprocessing(checkpoint), "classes": classes}
 

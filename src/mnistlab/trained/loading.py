@@ -16,6 +16,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from torch import nn
 
+from mnistlab.runtime.checkpoint_io import fit_weights
 from mnistlab.runtime.checks import InputError
 
 PACKAGE = __name__.partition(".")[0]
@@ -28,6 +29,7 @@ def network(checkpoint: dict[str, Any], trusted: Sequence[str] = TRUSTED) -> nn.
     """The checkpoint's network (``model.net`` of its run), with its weights, in eval mode."""
     net = _build(checked(network_config(checkpoint), nn.Module, _prefixes(trusted), "model.net"), "model.net")
     weights = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
+    fit_weights(net, weights, "the checkpoint", "its saved config and its weights disagree (a damaged or altered file)")
     net.load_state_dict(weights)
     return net.eval()
 
