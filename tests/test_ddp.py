@@ -125,6 +125,46 @@ def test_two_simulated_nodes_of_two_processes_under_torchrun(one_process: Path, 
     assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
 
 
+def test_torchrun_without_the_counts_trains_its_processes_as_one_run(one_process: Path, tmp_path: Path) -> None:
+    """trainer.devices and trainer.num_nodes follow torchrun: its processes train one run together, not
+    copies of it side by side."""
+    run = _torchrun("--standalone", "--nproc_per_node=2", "train.py", *SUITE, *EQUIVALENCE, f"paths.log_dir={tmp_path}")
+    output = processes.finish(run)
+    assert run.returncode == 0, output[-3000:]
+    assert output.count("Tested ") == 1  # rank 0's console: one test of one run
+    assert_trained_as_one_process(one_run(tmp_path), one_process)
+
+
+def test_two_pods_of_a_kubeflow_trainjob_train_as_one_run(one_process: Path, tmp_path: Path) -> None:
+    """What Kubeflow Trainer's torch-distributed runtime gives each node's pod: torchrun with no arguments,
+    its settings in PET_* variables; the job's command names no device or node count."""
+    pods = {
+        "PET_NNODES": "2",
+        "PET_NPROC_PER_NODE": "1",
+        "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": free_port(),
+    }
+    script = ["train.py", *SUITE, *EQUIVALENCE, f"paths.log_dir={tmp_path}"]
+    command = [sys.executable, "-m", "torch.distributed.run", *script]
+    agents = [processes.start(command, env=os.environ | pods | {"PET_NODE_RANK": str(node)}) for node in (0, 1)]
+    outputs = [processes.finish(agent) for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert_trained_as_one_process(one_run(tmp_path), one_process)
+
+
+def test_torchrun_with_counts_that_disagree_is_refused_in_one_line(tmp_path: Path) -> None:
+    run = _torchrun(
+        "--standalone", "--nproc_per_node=2", "train.py", *SUITE, "trainer.devices=1", f"paths.log_dir={tmp_path}"
+    )
+    output = processes.finish(run)
+    assert run.returncode != 0
+    assert (
+        "Error: torchrun started 2 processes (WORLD_SIZE), but trainer.devices x trainer.num_nodes is 1 x 1: leave "
+        "both out (they follow torchrun's --nproc_per_node and --nnodes) or make them agree"
+    ) in output
+    assert not list((tmp_path / "train" / "runs").glob("*/checkpoints"))  # nothing trained
+
+
 def test_two_machines_of_two_processes_started_by_hand(one_process: Path, tmp_path: Path) -> None:
     """The README's recipe with Lightning's variables: each machine's first process starts its second."""
     port = free_port()

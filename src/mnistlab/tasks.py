@@ -40,7 +40,7 @@ console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydr
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
     check_devices(cfg)
-    launch.check_environment()
+    launch.check_environment(cfg)
     if launch.is_distributed_sweep_job(cfg):
         return launch.run_job_in_fresh_processes()
     folder = Path(cfg.paths.output_dir)
@@ -102,7 +102,7 @@ def _test(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningD
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test the checkpoint ``cfg.ckpt_path`` on the test set; return the test metrics."""
     check_devices(cfg)
-    launch.check_environment()
+    launch.check_environment(cfg)
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = load_checkpoint(cfg.ckpt_path)

@@ -27,7 +27,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime.checks import InputError
 from mnistlab.runtime.run_folder import RUN_ID
@@ -40,14 +40,36 @@ ENTRY_POINT = "MNISTLAB_ENTRY_POINT"
 DISTRIBUTED_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def check_environment() -> None:
-    """Refuse a LOCAL_RANK left over in the shell: every launcher that sets it sets WORLD_SIZE too."""
+def started_by_torchrun(key: str, default: int) -> int:
+    """``trainer.devices`` and ``trainer.num_nodes`` (the ``torchrun`` resolver of conf/trainer/): under
+    torchrun, or a Kubeflow TrainJob that runs it, the processes it started per node and its nodes; else
+    ``default``. So the numbers live in one place, the launcher's command (or the job's PET_* variables)."""
+    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not (world and local):
+        return default
+    return int(local) if key == "devices" else int(world) // int(local)
+
+
+def check_environment(cfg: DictConfig | None = None) -> None:
+    """Refuse a LOCAL_RANK left over in the shell: every launcher that sets it sets WORLD_SIZE too. Under
+    torchrun, refuse a trainer whose devices x num_nodes is not the world torchrun started: each process
+    would train a copy of the run of its own, into one folder."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     if "LOCAL_RANK" in os.environ and "WORLD_SIZE" not in os.environ and not SLURMEnvironment.detect():
         raise InputError(
             f"LOCAL_RANK={os.environ['LOCAL_RANK']} is set, but no launcher started this process (WORLD_SIZE is "
             "not set): it would wait for processes that never come. Run `unset LOCAL_RANK` and start again"
+        )
+    world = os.environ.get("WORLD_SIZE")
+    if cfg is None or "TORCHELASTIC_RUN_ID" not in os.environ or not world:
+        return
+    devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes", 1)
+    if isinstance(devices, int) and isinstance(nodes, int) and devices * nodes != int(world):
+        raise InputError(
+            f"torchrun started {world} processes (WORLD_SIZE), but trainer.devices x trainer.num_nodes is "
+            f"{devices} x {nodes}: leave both out (they follow torchrun's --nproc_per_node and --nnodes) or make "
+            "them agree"
         )
 
 
@@ -259,3 +281,6 @@ def isolate_restarted_workers(strategy: Any) -> None:
         world_size=int(os.environ["WORLD_SIZE"]),
         timeout=getattr(strategy, "_timeout", None),  # strategy.timeout in conf/strategy/
     )
+
+
+OmegaConf.register_new_resolver("torchrun", started_by_torchrun, replace=True)
