@@ -15,9 +15,12 @@ project after writing the new version there, so updates arrive in the renamed fi
 """
 
 import argparse
+import keyword
+import os
 import re
 import shutil
 import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 
@@ -82,8 +85,33 @@ def template_files(template: Path) -> list[str]:
         ).stdout.split("\0")
     else:  # a plain folder: what it holds
         listed = [p.relative_to(template).as_posix() for p in template.rglob("*") if p.is_file()]
-    exclude = yaml.safe_load((template / "copier.yml").read_text())["_exclude"]
+    exclude = copier_settings(template)["_exclude"]
     return [name for name in listed if name and "{{" not in name and not _excluded(name, exclude)]
+
+
+def copier_settings(template: Path) -> dict:
+    """copier.yml's settings and questions: its documents merged, the ``!include``d ones read in."""
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor("!include", lambda loader, node: yaml.safe_load((template / node.value).read_text()))
+    merged: dict = {}
+    for document in yaml.load_all((template / "copier.yml").read_text(), Loader=Loader):
+        merged |= document or {}
+    return merged
+
+
+def package_problem(package: str) -> str | None:
+    """Why ``package`` cannot name a project's package, as copier.yml's question says it; None if it can."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", package):
+        return "a lower-case Python identifier: a letter, then letters, digits or _"
+    if len(package) > 64:
+        return "at most 64 characters: folders and imports are named after it"
+    taken = copier_settings(TEMPLATE)["reserved_packages"]["default"]
+    if package in taken or keyword.iskeyword(package) or package in sys.stdlib_module_names:
+        return f"{package} is a name Python or a dependency already has: every import of it would fail; choose another"
+    return None
 
 
 def _excluded(name: str, patterns: list[str]) -> bool:
@@ -97,7 +125,8 @@ def _excluded(name: str, patterns: list[str]) -> bool:
 def rename(root: Path, files: list[str], names: dict[str, str]) -> None:
     """Each of ``names`` (``mnistlab`` -> the package, ...) renamed in the contents and paths of the
     rendered ``files`` only: the user's own files, git-ignored ones and a virtual environment in the
-    project's folder are never read."""
+    project's folder are never read. All or nothing: every new path is checked before anything changes."""
+    texts, moves = {}, {}
     for name in files:
         path = root / name
         try:
@@ -105,12 +134,19 @@ def rename(root: Path, files: list[str], names: dict[str, str]) -> None:
         except UnicodeDecodeError:
             text = ""  # not text (a picture): nothing to rename inside
         if any(old in text for old in names):
-            path.write_text(_replace(text, names))
+            texts[path] = _replace(text, names)
         if any(old in name for old in names):
-            target = root / _replace(name, names)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            path.replace(target)  # over the user's version: copier update applies their edits afterwards
-            _prune(root, path.parent)
+            moves[path] = root / _replace(name, names)
+    longest = os.pathconf(root, "PC_NAME_MAX")
+    for target in moves.values():
+        if too_long := [part for part in target.relative_to(root).parts if len(part.encode()) > longest]:
+            raise SystemExit(f"Error: {too_long[0][:60]}... would be longer than a file name may be ({longest} bytes)")
+    for path, text in texts.items():
+        path.write_text(text)
+    for path, target in moves.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.replace(target)  # over the user's version: copier update applies their edits afterwards
+        _prune(root, path.parent)
 
 
 def _replace(text: str, names: dict[str, str]) -> str:
@@ -183,10 +219,8 @@ def main() -> None:
     parser.add_argument("--email", default="")
     parser.add_argument("--example", choices=["True", "False"], default="True", help="keep the MNIST example")
     args = parser.parse_args()
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", args.package):
-        parser.error(
-            f"--package={args.package!r}: a lower-case Python identifier (a letter, then letters, digits or _)"
-        )
+    if problem := package_problem(args.package):
+        parser.error(f"--package={args.package}: {problem}")
     root, example = Path.cwd(), args.example == "True"
     files = [name for name in template_files(TEMPLATE) if (root / name).is_file()]  # written here just now
     if not example:

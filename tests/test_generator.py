@@ -417,3 +417,65 @@ def torch_epoch(checkpoint: Path) -> int:
     import torch
 
     return torch.load(checkpoint, weights_only=True)["epoch"]
+
+
+def _refused(*command: str, cwd: Path) -> str:
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, env=os.environ | GIT_ENV, timeout=300, check=False
+    )
+    assert result.returncode != 0, result.stdout[-2000:]
+    return result.stdout + result.stderr
+
+
+TAKEN = "is a name Python or a dependency already has: every import of it would fail; choose another"
+
+
+@pytest.mark.parametrize(
+    "answer,message",
+    [
+        ("package=class", f"class {TAKEN}"),  # a keyword
+        ("package=json", f"json {TAKEN}"),  # the standard library
+        ("package=torch", f"torch {TAKEN}"),  # a dependency
+        ("package=lightning", f"lightning {TAKEN}"),
+        (f"package={'a' * 65}", "At most 64 characters: folders and imports are named after it"),
+    ],
+)
+def test_a_package_name_that_could_not_work_is_refused_before_anything_is_written(
+    answer: str, message: str, template: Path, tmp_path: Path
+) -> None:
+    """copier's question and cookiecutter's hook refuse it in one line; a folder rendered into stays as it was."""
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    copier = [sys.executable, "-m", "copier", "copy", "--trust", "--defaults", "-d", "project_name=X", "-d", answer]
+    output = _refused(*copier, str(template), str(existing), cwd=tmp_path)
+    assert message.lower() in output.lower()
+    assert [p.name for p in existing.iterdir()] == ["notes.txt"]  # nothing copied, nothing half-renamed
+    config = tmp_path / "cookiecutter.yaml"
+    config.write_text(f"cookiecutters_dir: {tmp_path / 'clones'}\nreplay_dir: {tmp_path / 'replay'}\n")
+    cookiecutter = [sys.executable, "-m", "cookiecutter", "--no-input", "--config-file", str(config), "-o", "made"]
+    output = _refused(*cookiecutter, str(template), "project_name=X", answer, cwd=tmp_path)
+    assert message.lower() in output.lower()
+    assert not (tmp_path / "made").exists() or not any((tmp_path / "made").iterdir())
+
+
+def test_the_refused_names_cover_keywords_the_standard_library_and_every_dependency() -> None:
+    """generator/reserved_packages.yml, written by generator/reserved.py: run it again when this fails."""
+    sys.path.insert(0, str(ROOT / "generator"))
+    import rename
+    import reserved
+
+    listed = set(rename.copier_settings(ROOT)["reserved_packages"]["default"])
+    direct = {"torch", "lightning", "hydra", "omegaconf", "torchvision", "torchmetrics", "pydantic", "rich"}
+    missing = (set(reserved.reserved()) | direct) - listed
+    assert not missing, f"python generator/reserved.py: {sorted(missing)[:20]}"
+
+
+def test_a_long_project_name_gives_a_package_of_64_characters_at_most(template: Path, tmp_path: Path) -> None:
+    """A 300-character name (a pasted sentence): its package is cut to 64 characters, the project renamed whole."""
+    name = "Long " * 60
+    project = tmp_path / "long"
+    _copier("copy", "-d", f"project_name={name}", str(template), str(project), cwd=tmp_path)
+    package = ("long_" * 13)[:64].rstrip("_")
+    assert (project / "src" / package / "tasks.py").is_file() and _traces(project) == []
+    assert (project / "README.md").read_text().splitlines()[0].rstrip() == f"# {name.strip()}"
