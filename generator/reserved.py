@@ -7,13 +7,13 @@ change of dependencies (``pip install -e ".[dev]"``; ``tests/test_generator.py``
 Python's keywords and standard library (``sys.stdlib_module_names``), and the top-level modules of every
 distribution the project's dependencies pull in, extras included, read from the installed metadata."""
 
-import importlib.metadata as metadata
 import keyword
 import re
 import sys
-import tomllib
+from importlib import metadata
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 TEMPLATE = Path(__file__).resolve().parents[1]
@@ -57,7 +57,14 @@ def _top_level(distribution: metadata.Distribution) -> set[str]:
 
 def main() -> None:
     names = reserved()
-    lines = ["# Written by generator/reserved.py: the names a package may not take (copier.yml's package question,", "# generator/rename.py). Do not edit: run that script again.", "reserved_packages:", "  type: yaml", "  when: false  # never asked", "  default:"]
+    lines = [
+        "# Written by generator/reserved.py: the names a package may not take (copier.yml's package question,",
+        "# generator/rename.py). Do not edit: run that script again.",
+        "reserved_packages:",
+        "  type: yaml",
+        "  when: false  # never asked",
+        "  default:",
+    ]
     FILE.write_text("\n".join([*lines, *(f"    - {name}" for name in names)]) + "\n")
     print(f"{len(names)} names in {FILE.relative_to(TEMPLATE)}")
 

@@ -314,7 +314,8 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     _run("git", "init", "-q", cwd=project)
     _commit(project, "generated")
     trainer = project / "conf" / "trainer" / "default.yaml"
-    trainer.write_text(trainer.read_text().replace("max_epochs: 10 ", "max_epochs: 30 "))
+    # An edit of a line whose neighbours the template leaves alone (git merges adjacent edits as a conflict).
+    trainer.write_text(trainer.read_text().replace("log_every_n_steps: 50 ", "log_every_n_steps: 20 "))
     mine = project / "src" / "retina_lab" / "my_callbacks.py"
     mine.write_text('"""The user\'s own module, beside the template\'s."""\n')
     _commit(project, "my changes")
@@ -327,7 +328,7 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     )  # fmt: skip
     assert (package / "runtime" / "launch.py").is_file() and (package / "trained" / "loading.py").is_file()
     assert "_target_: retina_lab.runtime.profiler.NoProfiler" in trainer.read_text()
-    assert "max_epochs: 30 " in trainer.read_text()
+    assert "log_every_n_steps: 20 " in trainer.read_text()
     assert _traces(project) == [] and not list(project.rglob("*.rej"))
     grep = ["git", "grep", "-l", "<<<<<<<"]
     conflicts = subprocess.run(grep, cwd=project, capture_output=True, text=True, timeout=60, check=False)

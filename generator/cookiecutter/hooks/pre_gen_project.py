@@ -8,8 +8,8 @@ from pathlib import Path
 
 TEMPLATE = Path("{{ cookiecutter._repo_dir }}").resolve().parents[1]  # this repository (cookiecutter's clone)
 sys.path.insert(0, str(TEMPLATE / "generator"))
-from rename import package_problem  # noqa: E402
+from rename import package_problem
 
-package = json.loads(r'''{{ cookiecutter.package | tojson }}''')  # as JSON: any name is data here
+package = json.loads(r"""{{ cookiecutter.package | tojson }}""")  # as JSON: any name is data here
 if problem := package_problem(package):
     sys.exit(f"Error: package={package}: {problem}")
