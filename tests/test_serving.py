@@ -10,6 +10,7 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -89,6 +90,7 @@ BAD = [  # body, content type, status, the reason's words
     (_batch([b"x"] * 9), "application/json", 400, "9 images in one request, over max_images=8"),
     (_npy(np.zeros((3, 5), np.float32)), "application/octet-stream", 400, "the network cannot take an input of shape"),
     (_npy(np.array(["a"])), "application/octet-stream", 400, "not a .npy array of numbers"),
+    (b"[" * 90_000 + b"]" * 90_000, "application/json", 400, "the JSON is nested too deep"),
     (b"x" * 300_000, "application/octet-stream", 413, "over max_body_bytes=200,000 bytes"),
 ]
 
@@ -147,3 +149,11 @@ def test_an_input_the_onnx_model_does_not_take_is_refused_naming_both_shapes(tmp
         model.probabilities(np.zeros((2, 1, 28, 28), np.float32))
     answers = http_api.classify(model, lambda body: np.zeros((1, 28, 28), np.float32), [b"x"])  # the server's 400
     assert answers == ["an input of shape (1, 28, 28): the model takes (3, any, any)"]
+
+
+def test_json_nested_deeper_than_the_parser_goes_is_refused_in_one_line() -> None:
+    """[[[[...]]]] 200,000 deep: Python's parser runs out of stack (RecursionError): a 400, not a 500."""
+    request = SimpleNamespace(headers={"content-type": "application/json"})
+    with pytest.raises(http_api.Refused) as refused:
+        http_api._bodies(b"[" * 200_000 + b"]" * 200_000, request, max_images=8)
+    assert refused.value.status == 400 and str(refused.value).startswith("the JSON is nested too deep: ")

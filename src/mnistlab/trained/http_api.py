@@ -117,6 +117,8 @@ def _bodies(body: bytes, request: Request, max_images: int) -> tuple[list[bytes]
         sent = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise Refused(400, f"the body is not valid JSON ({err}): {USAGE}") from None
+    except RecursionError:  # [[[[...]]]] nested deeper than the parser's stack: no request of this API nests
+        raise Refused(400, f"the JSON is nested too deep: {USAGE}") from None
     if not isinstance(sent, dict) or not ({"image", "images"} & sent.keys()):
         raise Refused(400, 'the JSON must be {"image": <base64>} or {"images": [<base64>, ...]}')
     encoded = sent["images"] if "images" in sent else [sent["image"]]
