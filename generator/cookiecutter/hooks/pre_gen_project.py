@@ -10,6 +10,7 @@ TEMPLATE = Path("{{ cookiecutter._repo_dir }}").resolve().parents[1]  # this rep
 sys.path.insert(0, str(TEMPLATE / "generator"))
 from rename import package_problem
 
-package = json.loads(r"""{{ cookiecutter.package | tojson }}""")  # as JSON: any name is data here
+# As JSON, in a raw string whose quotes no JSON string holds: any name is data here.
+package = json.loads(r'''{{ cookiecutter.package | tojson }}''')  # fmt: skip
 if problem := package_problem(package):
     sys.exit(f"Error: package={package}: {problem}")
