@@ -440,3 +440,12 @@ def test_a_sweep_resumed_with_a_bad_override_is_refused_before_anything_is_writt
     assert _contents(sweep) == before  # its record, and the finished job's folder
     assert resume.expand(["train.py", f"resume={sweep}", *SUITE])  # without the typo: the record and task are sound
     folder_lock.release(sweep)
+
+
+def test_a_sweep_resumed_with_its_launchers_settings_is_checked_without_them(tmp_path: Path) -> None:
+    """hydra.launcher.* given again (no hydra.* value is replayed) shape how jobs run, not a job: not refused."""
+    sweep = _sweep(tmp_path, SWEEP_RECORD.replace("- hydra.mode=MULTIRUN", "- hydra/launcher=slurm").encode())
+    given = ["hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1"]
+    expanded = resume.expand(["train.py", f"resume={sweep}", *SUITE, *given])
+    assert "hydra/launcher=slurm" in expanded and all(arg in expanded for arg in given)
+    folder_lock.release(sweep)

@@ -212,7 +212,10 @@ def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
 
     from mnistlab.runtime import schema
 
-    job = [_first_value(arg) for arg in overrides if not arg.startswith("-")]
+    # Hydra's own settings (the launcher's, hydra.*) shape how jobs run, not what a job is: left out, but
+    # for the search path, where the configs the job names may lie.
+    own = [arg for arg in overrides if not arg.startswith("-") and not _key(arg).startswith("hydra")]
+    job = [_first_value(arg) for arg in own] + [arg for arg in overrides if _key(arg) == "hydra.searchpath"]
     config = script.resolve().parent / "conf"
     try:
         with initialize_config_dir(config_dir=str(config), version_base="1.3", job_name="train"):
