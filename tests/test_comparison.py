@@ -9,6 +9,7 @@ import pytest
 from PIL import Image
 
 from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import FIGURE_FILE
 from mnistlab.sweeps import comparison
 from mnistlab.sweeps.jobs import read_jobs, varied
 
@@ -41,7 +42,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow
 def test_a_sweep_ends_with_a_figure_whose_points_and_curves_are_the_jobs_own(sweep: Path) -> None:
-    with Image.open(sweep / comparison.FIGURE_FILE) as png:
+    with Image.open(sweep / FIGURE_FILE) as png:
         assert png.format == "PNG" and png.width > 400
     runs = read_jobs(sweep, "val/acc_best")
     figure = comparison.draw(runs, varied(runs), "val/acc_best")
@@ -104,7 +105,7 @@ def test_compare_names_a_missing_folder_and_a_metric_no_run_has(tmp_path: Path) 
     (run / "metrics.json").write_text('{"val/acc_best": 0.9}')
     with pytest.raises(InputError, match="none of the 1 runs has val/loss in its metrics.json"):
         comparison.compare([run], metric="val/loss")
-    assert comparison.compare([run]) == run / comparison.FIGURE_FILE  # the run's own metric, by default
+    assert comparison.compare([run]) == run / FIGURE_FILE  # the run's own metric, by default
 
 
 def _run(folder: Path, metrics: str, overrides: str = "- model.optimizer.lr=0.01\n") -> Path:

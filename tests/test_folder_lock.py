@@ -13,6 +13,7 @@ import pytest
 
 from mnistlab.runtime import folder_lock
 from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import LOCK_FILE
 
 import processes
 from conftest import SHORT, run_script
@@ -20,7 +21,7 @@ from conftest import SHORT, run_script
 
 def test_a_held_folder_is_refused_naming_its_holder_and_free_once_released(tmp_path: Path) -> None:
     # Another open file of the lock stands in for another process: flock locks belong to the open file.
-    other = open(tmp_path / folder_lock.FILE, "a+")  # noqa: SIM115
+    other = open(tmp_path / LOCK_FILE, "a+")  # noqa: SIM115
     other.write("host elsewhere, pid 4242\n")
     other.flush()
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -29,7 +30,7 @@ def test_a_held_folder_is_refused_naming_its_holder_and_free_once_released(tmp_p
     other.close()  # its process ended: the operating system releases its lock
     folder_lock.hold(tmp_path, "the run")
     try:
-        assert (tmp_path / folder_lock.FILE).read_text() == f"host {os.uname().nodename}, pid {os.getpid()}\n"
+        assert (tmp_path / LOCK_FILE).read_text() == f"host {os.uname().nodename}, pid {os.getpid()}\n"
         folder_lock.hold(tmp_path, "the run")  # again in the same process: it holds it already
     finally:
         folder_lock.release(tmp_path)
@@ -37,7 +38,7 @@ def test_a_held_folder_is_refused_naming_its_holder_and_free_once_released(tmp_p
 
 def test_only_rank_zero_takes_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The other ranks of a run work in its folder on purpose: they neither take nor wait for the lock."""
-    other = open(tmp_path / folder_lock.FILE, "a+")  # noqa: SIM115
+    other = open(tmp_path / LOCK_FILE, "a+")  # noqa: SIM115
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     for rank in folder_lock.RANKS:
         monkeypatch.setenv(rank, "1")
@@ -60,7 +61,7 @@ def _started(command: list[str], lock: Path) -> subprocess.Popen[str]:
 def test_a_second_start_on_a_running_run_is_refused_and_the_first_keeps_every_metric(tmp_path: Path) -> None:
     run = tmp_path / "run"
     longer = ["trainer.max_epochs=6", "trainer.limit_train_batches=30", "logger=none", f"hydra.run.dir={run}"]
-    first = _started(processes.python("train.py", "trainer.accelerator=cpu", *longer), run / folder_lock.FILE)
+    first = _started(processes.python("train.py", "trainer.accelerator=cpu", *longer), run / LOCK_FILE)
     for attempt in (["trainer.max_epochs=8"], []):  # to train it longer; the same again
         second = run_script("train.py", f"resume={run}", *attempt, timeout=120)
         assert second.returncode == 1
@@ -81,7 +82,7 @@ def test_a_resume_of_a_running_sweep_is_refused(tmp_path: Path) -> None:
     command = processes.python("train.py", *sweep_args, f"paths.log_dir={tmp_path}")
     first = processes.start(command)
     deadline = time.monotonic() + 120
-    while not list((tmp_path / "train" / "multiruns").glob(f"*/{folder_lock.FILE}")):
+    while not list((tmp_path / "train" / "multiruns").glob(f"*/{LOCK_FILE}")):
         assert first.poll() is None and time.monotonic() < deadline, "the sweep never took its lock"
         time.sleep(0.2)
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()

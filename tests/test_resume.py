@@ -14,7 +14,7 @@ import torch
 
 from mnistlab.runtime import folder_lock, resume
 from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import RUN_ID
+from mnistlab.runtime.run_folder import RUN_ID, SWEEP_FILE
 from mnistlab.tasks import train
 
 import processes
@@ -397,7 +397,7 @@ def _sweep(folder: Path, record: bytes) -> Path:
     (folder / "0" / ".hydra").mkdir(parents=True)
     (folder / "0" / ".hydra" / "overrides.yaml").write_text("- model.optimizer.lr=1e-2\n- trainer.max_epochs=1\n")
     (folder / "0" / "metrics.json").write_text('{"val/acc_best": 0.5}')
-    (folder / resume.SWEEP_FILE).write_bytes(record)
+    (folder / SWEEP_FILE).write_bytes(record)
     return folder
 
 

@@ -10,15 +10,16 @@ import pytest
 
 from mnistlab.runtime import trackers
 from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import TRACKERS_FILE
 
 
 @pytest.mark.parametrize("damage", [b'{"mlflow": "2f4e', b"[]", b"", bytes(range(256))])
 def test_a_damaged_ids_file_is_refused_before_a_tracker_run_opens(damage: bytes, tmp_path: Path) -> None:
-    (tmp_path / trackers.IDS_FILE).write_bytes(damage)
+    (tmp_path / TRACKERS_FILE).write_bytes(damage)
     store = f"sqlite:///{tmp_path}/mlflow.db"
-    with pytest.raises(InputError, match=re.escape(f"{tmp_path / trackers.IDS_FILE} is damaged; it should hold")):
+    with pytest.raises(InputError, match=re.escape(f"{tmp_path / TRACKERS_FILE} is damaged; it should hold")):
         trackers.MLFlowLogger(run_folder=str(tmp_path), tracking_uri=store, experiment_name="train")
-    assert (tmp_path / trackers.IDS_FILE).read_bytes() == damage
+    assert (tmp_path / TRACKERS_FILE).read_bytes() == damage
     client = mlflow.MlflowClient(tracking_uri=store)
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []  # no orphan run
 
@@ -30,4 +31,4 @@ def test_a_run_going_on_without_its_ids_says_it_starts_a_new_tracker_run(tmp_pat
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
     with caplog.at_level(logging.WARNING):
         assert trackers.saved_id(tmp_path, "mlflow") is None
-    assert f"{tmp_path / trackers.IDS_FILE} names no mlflow run for this run to go on in" in caplog.text
+    assert f"{tmp_path / TRACKERS_FILE} names no mlflow run for this run to go on in" in caplog.text

@@ -26,6 +26,7 @@ from mnistlab.runtime import (
     hyperparameters,
     launch,
     resume,
+    run_folder,
     run_record,
     signals,
 )
@@ -235,7 +236,7 @@ def _finish(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> N
     process group on every rank together. Left to interpreter exit, a rank that outlives the one
     hosting the rendezvous store can abort ("terminate called without an active exception")."""
     if trainer.is_global_zero:
-        atomic.write_text(Path(cfg.paths.output_dir) / launch.METRICS_FILE, json.dumps(metrics, indent=2))
+        atomic.write_text(Path(cfg.paths.output_dir) / run_folder.METRICS_FILE, json.dumps(metrics, indent=2))
     if torch.distributed.is_initialized():
         trainer.strategy.barrier("end of run")
         torch.distributed.destroy_process_group()

@@ -24,7 +24,6 @@ from omegaconf import DictConfig, OmegaConf
 from mnistlab.runtime import atomic, run_folder
 from mnistlab.runtime.checks import InputError, broken_checkpoint
 
-FAILURE_FILE = "failure.txt"  # in a failed sweep job's folder: the reason, then the traceback
 log = logging.getLogger(__name__)
 
 
@@ -76,7 +75,7 @@ def _record(err: Exception) -> None:
     reason = str(err) if isinstance(err, InputError | RunStopped) else f"{type(err).__name__}: {err}"
     reason = " ".join(reason.split())  # one line
     details = "".join(traceback.format_exception(err))
-    atomic.write_text(Path(hydra.runtime.output_dir) / FAILURE_FILE, f"{reason}\n\n{details}")
+    atomic.write_text(Path(hydra.runtime.output_dir) / run_folder.FAILURE_FILE, f"{reason}\n\n{details}")
     log.error("Job %s failed: %s", hydra.job.num, reason)
 
 

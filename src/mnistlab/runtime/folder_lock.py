@@ -27,8 +27,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import LOCK_FILE
 
-FILE = ".lock"  # in the run or sweep folder: who holds it (host, pid)
 RANKS = ("RANK", "SLURM_PROCID", "NODE_RANK", "LOCAL_RANK")  # a launcher's or Lightning's ranks of this process
 log = logging.getLogger(__name__)
 _held: dict[Path, TextIO] = {}  # folder -> its open lock file: the lock lasts as long as the process
@@ -41,7 +41,7 @@ def hold(folder: Path, what: str) -> None:
     if folder in _held or not _rank_zero():
         return
     folder.mkdir(parents=True, exist_ok=True)
-    file = open(folder / FILE, "a+")  # noqa: SIM115 (kept open: closing it would release the lock)
+    file = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 (kept open: closing it would release the lock)
     try:
         fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -66,7 +66,7 @@ def refuse_if_held(folder: Path, what: str) -> None:
     if folder.resolve() in _held or not _rank_zero():
         return
     try:
-        file = open(folder / FILE)  # noqa: SIM115 (a folder no process ever held has none)
+        file = open(folder / LOCK_FILE)  # noqa: SIM115 (a folder no process ever held has none)
     except OSError:
         return
     with file:

@@ -29,10 +29,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from mnistlab.runtime import run_folder
 from mnistlab.runtime.checks import InputError
 from mnistlab.runtime.run_folder import RUN_ID
 
-METRICS_FILE = "metrics.json"  # written by rank 0 of every training run, read back by its sweep job
 # The entry script, set by train.py and eval.py: a sweep job may run in a worker process of a Hydra
 # launcher (joblib), whose own command line is not the script's.
 ENTRY_POINT = "MNISTLAB_ENTRY_POINT"
@@ -255,7 +255,7 @@ def run_job_in_fresh_processes() -> dict[str, float]:
     finished = subprocess.run(command, check=False)
     if finished.returncode:
         raise RuntimeError(f"sweep job {hydra.job.num} failed (exit code {finished.returncode}); see the logs in {out}")
-    return json.loads((out / METRICS_FILE).read_text())
+    return json.loads((out / run_folder.METRICS_FILE).read_text())
 
 
 def isolate_restarted_workers(strategy: Any) -> None:

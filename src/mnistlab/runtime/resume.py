@@ -38,13 +38,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime import folder_lock
 from mnistlab.runtime.checks import InputError, broken_checkpoint
-from mnistlab.runtime.failures import FAILURE_FILE
-from mnistlab.runtime.launch import METRICS_FILE
+from mnistlab.runtime.run_folder import FAILURE_FILE, METRICS_FILE, SWEEP_FILE
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"
 HISTORY = Path(".hydra") / "resumes"  # in the run folder: one <date>_<time>/ per resume
-SWEEP_FILE = "multirun.yaml"  # what Hydra saves in a sweep's folder: its config and overrides
 LAUNCHER = re.compile(r"hydra/launcher=\w+")  # a launcher of conf/hydra/launcher/: replayed with a sweep
 # What a replayed override may not contain: keys that make Hydra import and call something, and the
 # interpolations that could assemble one.

@@ -19,6 +19,21 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+# What a run's folder holds, by name: every module that writes or reads one of them names it from here.
+METRICS_FILE = "metrics.json"  # every metric of a finished run (rank 0); read back by sweeps and resume
+FAILURE_FILE = "failure.txt"  # a failed sweep job: the reason, then the traceback
+RECORD_FILE = "run_info.json"  # the run record (run_record.py), and the uncommitted changes beside it
+RECORD_DIFF_FILE = "run_info.diff"
+TREE_FILE = "config_tree.txt"  # the composed config as a tree (config_tree.py)
+TRACKERS_FILE = "trackers.json"  # {"mlflow": <run id>, "wandb": <run id>}: the tracker runs it logs into
+PRUNED_FILE = "pruned.txt"  # a job an Optuna pruner stopped: when and why (sweeps/pruning.py)
+LOCK_FILE = ".lock"  # run and sweep folders: the process that holds it, host and pid (folder_lock.py)
+# And a sweep's folder, beside its jobs' folders:
+SWEEP_FILE = "multirun.yaml"  # Hydra's record of the sweep: its config and overrides
+SUMMARY_FILE = "summary.csv"  # the table of its jobs (sweeps/summary.py)
+GROUPS_FILE = "groups.csv"  # repeats of one setting, aggregated (sweeps/groups.py)
+FIGURE_FILE = "comparison.png"  # the jobs compared (sweeps/comparison.py)
+
 RESOLVER = "claim_folder"
 RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set: the name all ranks agreed on (launch.py)
 _made_here: set[Path] = set()  # the folders this process claimed
@@ -50,7 +65,7 @@ def discard_if_unused(folder: Path) -> None:
     folder = folder.resolve()
     if folder not in _made_here or not folder.is_dir():
         return
-    unused = (".hydra", ".lock", "config_tree.txt", "run_info.json", "run_info.diff")
+    unused = (".hydra", LOCK_FILE, TREE_FILE, RECORD_FILE, RECORD_DIFF_FILE)
     if all(p.name in unused or p.suffix == ".log" for p in folder.iterdir()):
         shutil.rmtree(folder, ignore_errors=True)
         _made_here.discard(folder)

@@ -25,7 +25,7 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistlab.runtime import atomic, provenance
+from mnistlab.runtime import atomic, provenance, run_folder
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class RunRecord(L.Callback):
             self.record = describe(trainer, self.seed)
             self._write(status="running")
             if self.record["diff_sha256"] and trainer.is_global_zero:
-                atomic.write_text(self.folder / "run_info.diff", provenance.diff())
+                atomic.write_text(self.folder / run_folder.RECORD_DIFF_FILE, provenance.diff())
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = {key: self.record.get(key) for key in ESSENTIALS}
@@ -59,7 +59,7 @@ class RunRecord(L.Callback):
     @rank_zero_only
     def _write(self, status: str) -> None:
         self.record |= {"status": status, "end": _now()} if status != "running" else {"status": status}
-        atomic.write_text(self.folder / "run_info.json", json.dumps(self.record, indent=2) + "\n")
+        atomic.write_text(self.folder / run_folder.RECORD_FILE, json.dumps(self.record, indent=2) + "\n")
 
 
 def describe(trainer: L.Trainer, seed: int | None) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from mnistlab.runtime import atomic
 from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import TRACKERS_FILE
 
-IDS_FILE = "trackers.json"  # in the run folder: {"mlflow": <run id>, "wandb": <run id>}
 AN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # MLflow's hex run ids, W&B's base-36 ones
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 def saved_id(folder: str | Path, tracker: str) -> str | None:
     """The id of the ``tracker`` run the run in ``folder`` logged into, or None for a new one. A run that
     goes on in its folder (its checkpoints/last.ckpt) with no id to go on with says that it starts a new one."""
-    path = Path(folder) / IDS_FILE
+    path = Path(folder) / TRACKERS_FILE
     found = _saved_ids(path).get(tracker)
     if found is not None and not (isinstance(found, str) and AN_ID.fullmatch(found)):
         log.warning("%s: %s's run id %r is not an id; this run starts a new %s run", path, tracker, found, tracker)
@@ -59,7 +59,7 @@ def _saved_ids(path: Path) -> dict[str, Any]:
 
 @rank_zero_only
 def keep_id(folder: str | Path, tracker: str, run_id: str) -> None:
-    path = Path(folder) / IDS_FILE
+    path = Path(folder) / TRACKERS_FILE
     ids = _saved_ids(path)
     if ids.get(tracker) != run_id:
         atomic.write_text(path, json.dumps(ids | {tracker: run_id}, indent=2) + "\n")
@@ -83,7 +83,7 @@ class MLFlowLogger(loggers.MLFlowLogger):
             client = super().experiment
         except MlflowException as err:
             raise InputError(
-                f"{Path(self.run_folder) / IDS_FILE} continues the MLflow run {self.continued}, which "
+                f"{Path(self.run_folder) / TRACKERS_FILE} continues the MLflow run {self.continued}, which "
                 f"{self._tracking_uri} does not hold ({err.message}); log elsewhere or remove that file"
             ) from err
         assert self.run_id is not None  # the experiment made or found it

@@ -25,9 +25,9 @@ from omegaconf.errors import OmegaConfBaseException
 
 from mnistlab.runtime import atomic
 from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.run_folder import FIGURE_FILE
 from mnistlab.sweeps.jobs import read_jobs, varied
 
-FIGURE_FILE = "comparison.png"
 LEGEND_AT_MOST = 12  # runs: more than this many, and the curves go unlabelled
 MARKED_AT_MOST = 8  # values of a key: up to this many, each is a tick, written as given (an Optuna study's are not)
 

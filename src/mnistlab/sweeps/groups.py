@@ -16,7 +16,6 @@ from rich.table import Table
 from mnistlab.runtime import atomic
 
 REPEATS = ("seed", "data.fold")  # what a repetition varies
-GROUPS_FILE = "groups.csv"
 
 
 class Result(Protocol):  # a job of the sweep's table (summary.Job)

@@ -13,10 +13,7 @@ from typing import Any
 
 import yaml
 
-from mnistlab.runtime.failures import FAILURE_FILE
-from mnistlab.runtime.launch import METRICS_FILE
-
-PRUNED_FILE = "pruned.txt"  # in the folder of a job an Optuna pruner stopped (sweeps/pruning.py writes it)
+from mnistlab.runtime.run_folder import FAILURE_FILE, METRICS_FILE, PRUNED_FILE
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 import lightning as L
 
 from mnistlab.runtime import atomic
-from mnistlab.sweeps.jobs import PRUNED_FILE
+from mnistlab.runtime.run_folder import PRUNED_FILE
 
 log = logging.getLogger(__name__)
 

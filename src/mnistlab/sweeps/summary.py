@@ -16,10 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from mnistlab.runtime import atomic
+from mnistlab.runtime.run_folder import FIGURE_FILE, GROUPS_FILE, SUMMARY_FILE
 from mnistlab.sweeps import groups
 from mnistlab.sweeps.jobs import Job, read_jobs, varied
-
-SUMMARY_FILE = "summary.csv"
 
 
 class SweepSummary(Callback):
@@ -34,7 +33,7 @@ class SweepSummary(Callback):
         maximize = config.get("mode", "max") == "max"  # the run config's: which value of monitor is better
         if grouped := groups.of(jobs, keys, maximize=maximize):
             groups.show(*grouped, config.optimized_metric)
-            groups.write_csv(sweep / groups.GROUPS_FILE, *grouped, config.optimized_metric)
+            groups.write_csv(sweep / GROUPS_FILE, *grouped, config.optimized_metric)
         finished = [(job, job.metric) for job in jobs if job.metric is not None]
         if finished:
             pick = max if maximize else min
@@ -44,7 +43,7 @@ class SweepSummary(Callback):
         # and torchmetrics then import beside it) added 0.3 s to train.py's start-up (measured, -X importtime).
         from mnistlab.sweeps import comparison
 
-        comparison.save(sweep / comparison.FIGURE_FILE, jobs, keys, config.optimized_metric)
+        comparison.save(sweep / FIGURE_FILE, jobs, keys, config.optimized_metric)
         _report_failures(sweep, jobs, keys)
 
 
