@@ -140,29 +140,29 @@ def _net(run: Path) -> dict:
 
 # Each option that changes what a run does, run as a user runs it (shrunk), and what it promises
 # read back from the run's folder: (its overrides, shrinking ones, a check of the run folder, the task).
-TINY = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]
+FEW_BATCHES = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]
 BATCH = SUITE_DATA["batch_size"]
 EPOCH = SUITE_DATA["train_size"] // BATCH  # batches an epoch
 OPTION_RUNS = {
     "debug=fdr": ([], lambda run: _metrics(run)["test/samples"] == BATCH and not list(run.rglob("*.ckpt")), SUITE),
     "debug=overfit": (["trainer.max_epochs=2"], lambda run: _metrics(run)["val/samples"] == 3 * BATCH, SUITE),
     "debug=limit": ([], lambda run: _net(run)["global_step"] == 2 * int(0.1 * EPOCH), SUITE),
-    "debug=profiler": (TINY, lambda run: "Action" in (run / "fit-profile.txt").read_text(), SUITE),
+    "debug=profiler": (FEW_BATCHES, lambda run: "Action" in (run / "fit-profile.txt").read_text(), SUITE),
     "strategy=ddp_spawn": (
-        [*TINY, "trainer.devices=2", "trainer.max_epochs=1"],
+        [*FEW_BATCHES, "trainer.devices=2", "trainer.max_epochs=1"],
         # Each sample counted once: the ranks' metric states are their own (the module's setup resets them).
         lambda run: _net(run)["global_step"] == 4 and _metrics(run)["test/samples"] == 2 * BATCH,
         SUITE,
     ),
     # The example's own options (experiment/, model/scheduler/, the example module's compile):
     "experiment=cosine_wide": (
-        [*TINY, "trainer.max_epochs=1"],
+        [*FEW_BATCHES, "trainer.max_epochs=1"],
         lambda run: _net(run)["state_dict"]["net.layers.0.weight"].shape == (512, 784),
         OWN,
     ),
     "model.compile=true": (["debug=fdr"], lambda run: _metrics(run)["test/samples"] == 64, OWN),
     "model/scheduler=plateau": (
-        [*TINY, "trainer.max_epochs=2"],
+        [*FEW_BATCHES, "trainer.max_epochs=2"],
         lambda run: _net(run)["lr_schedulers"][0]["patience"] == 1,
         OWN,
     ),
@@ -185,7 +185,7 @@ def test_every_option_that_changes_a_run_runs(option: str, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_a_minimised_monitor_picks_the_job_with_the_lowest_metric(tmp_path: Path) -> None:
     lrs = "model.optimizer.lr=1e-3,1e-1"  # the second ends with the higher loss
-    low = ["monitor=val/loss", "mode=min", *TINY, "trainer.max_epochs=2"]
+    low = ["monitor=val/loss", "mode=min", *FEW_BATCHES, "trainer.max_epochs=2"]
     result = run_script("train.py", "-m", lrs, *low, "logger=none", f"paths.log_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()

@@ -19,8 +19,8 @@ from mnistlab.tasks import train
 import processes
 from conftest import SUITE, compose_config, run_script
 
-TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
-TINY += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu"]
+ONE_SHORT_EPOCH = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
+ONE_SHORT_EPOCH += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu"]
 FROZEN = "2026-01-01_00-00-00"
 # Started by Python before anything else (site.py imports sitecustomize from the path): every run of
 # this process sees the same second, so two runs started together always collide on the name.
@@ -68,7 +68,10 @@ def frozen_clock(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_two_runs_started_together_each_own_a_folder(frozen_clock: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    runs = [_start("train.py", *TINY, f"seed={seed}", f"paths.log_dir={out}", clock=frozen_clock) for seed in (1, 2)]
+    runs = [
+        _start("train.py", *ONE_SHORT_EPOCH, f"seed={seed}", f"paths.log_dir={out}", clock=frozen_clock)
+        for seed in (1, 2)
+    ]
     for process in runs:
         _wait(process)
     folders = sorted((out / "train" / "runs").iterdir())
@@ -78,7 +81,7 @@ def test_two_runs_started_together_each_own_a_folder(frozen_clock: Path, tmp_pat
         (seed,) = [o for o in yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text()) if "seed=" in o]
         seeds.add(seed)
         assert yaml.safe_load((folder / ".hydra" / "config.yaml").read_text())["seed"] == int(seed.split("=")[1])
-        assert f"Overrides: {' '.join([*TASK, *TINY])} {seed}" in (folder / "train.log").read_text()
+        assert f"Overrides: {' '.join([*TASK, *ONE_SHORT_EPOCH])} {seed}" in (folder / "train.log").read_text()
         ckpt = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)
         assert ckpt["config"]["seed"] == int(seed.split("=")[1])  # its own run's checkpoint
         events = list((folder / "tensorboard").glob("events.out.tfevents.*"))  # .<time>.<host>.<pid>.<n>
@@ -94,7 +97,7 @@ def test_two_sweeps_started_together_each_own_a_folder(frozen_clock: Path, tmp_p
         _start(
             "train.py",
             "-m",
-            *TINY,
+            *ONE_SHORT_EPOCH,
             "logger=none",
             f"model.optimizer.lr={lrs}",
             f"paths.log_dir={out}",
@@ -117,7 +120,7 @@ def test_two_sweeps_started_together_each_own_a_folder(frozen_clock: Path, tmp_p
 @pytest.mark.slow
 def test_a_refused_run_deletes_nothing_of_a_live_runs_folder(tmp_path: Path) -> None:
     live = tmp_path / "live"
-    result = run_script("train.py", *TINY, f"hydra.run.dir={live}")
+    result = run_script("train.py", *ONE_SHORT_EPOCH, f"hydra.run.dir={live}")
     assert result.returncode == 0, result.stderr[-2000:]
     before = sorted(p.relative_to(live) for p in live.rglob("*"))
     refused = run_script("train.py", f"hydra.run.dir={live}", f"ckpt_path={tmp_path / 'missing.ckpt'}")
@@ -129,20 +132,20 @@ def test_a_refused_run_deletes_nothing_of_a_live_runs_folder(tmp_path: Path) -> 
 
 
 def test_a_run_does_not_continue_a_last_checkpoint_it_did_not_write(tmp_path: Path) -> None:
-    train(compose_config("train", tmp_path, [*TINY, "logger=none", "test=false"]))
+    train(compose_config("train", tmp_path, [*ONE_SHORT_EPOCH, "logger=none", "test=false"]))
     last = tmp_path / "checkpoints" / "last.ckpt"
     written = last.read_bytes()
     with pytest.raises(InputError, match=f"already holds a run's checkpoints/last.ckpt .* resume={tmp_path}"):
-        train(compose_config("train", tmp_path, [*TINY, "logger=none", "test=false"]))
+        train(compose_config("train", tmp_path, [*ONE_SHORT_EPOCH, "logger=none", "test=false"]))
     assert last.read_bytes() == written
 
 
 @pytest.mark.slow
 def test_a_run_tests_only_a_best_checkpoint_it_wrote(tmp_path: Path, caplog) -> None:
-    train(compose_config("train", tmp_path / "a", [*TINY, "logger=none"]))
+    train(compose_config("train", tmp_path / "a", [*ONE_SHORT_EPOCH, "logger=none"]))
     (best,) = (tmp_path / "a" / "checkpoints").glob("epoch*.ckpt")
     # Nothing left to train (1 epoch, done): ModelCheckpoint's restored state still names run a's best file.
-    metrics = train(compose_config("train", tmp_path / "b", [*TINY, "logger=none", f"ckpt_path={best}"]))
+    metrics = train(compose_config("train", tmp_path / "b", [*ONE_SHORT_EPOCH, "logger=none", f"ckpt_path={best}"]))
     assert f"This run wrote no best checkpoint of its own (the best is still {best}): testing its last weights" in (
         caplog.text
     )
