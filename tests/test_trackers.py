@@ -18,7 +18,7 @@ def test_a_damaged_ids_file_is_refused_before_a_tracker_run_opens(damage: bytes,
     (tmp_path / TRACKERS_FILE).write_bytes(damage)
     store = f"sqlite:///{tmp_path}/mlflow.db"
     with pytest.raises(InputError, match=re.escape(f"{tmp_path / TRACKERS_FILE} is damaged; it should hold")):
-        trackers.MLFlowLogger(run_folder=str(tmp_path), tracking_uri=store, experiment_name="train")
+        trackers.ContinuedMLFlowLogger(run_folder=str(tmp_path), tracking_uri=store, experiment_name="train")
     assert (tmp_path / TRACKERS_FILE).read_bytes() == damage
     client = mlflow.MlflowClient(tracking_uri=store)
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []  # no orphan run

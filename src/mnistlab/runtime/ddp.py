@@ -15,7 +15,8 @@ from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
 
 
 class DDPStrategy(LightningDDPStrategy):
-    """Lightning's ``DDPStrategy``; ranks it started with multiprocessing end their process group together."""
+    """A drop-in replacement of Lightning's ``DDPStrategy`` (the same arguments): ranks it started with
+    multiprocessing end their process group together."""
 
     def teardown(self) -> None:
         super().teardown()

@@ -65,7 +65,7 @@ def keep_id(folder: str | Path, tracker: str, run_id: str) -> None:
         atomic.write_text(path, json.dumps(ids | {tracker: run_id}, indent=2) + "\n")
 
 
-class MLFlowLogger(loggers.MLFlowLogger):
+class ContinuedMLFlowLogger(loggers.MLFlowLogger):
     """``run_folder``: where the MLflow run's id is kept; the other arguments are Lightning's."""
 
     def __init__(self, run_folder: str, **kwargs: Any) -> None:
@@ -107,7 +107,7 @@ class MLFlowLogger(loggers.MLFlowLogger):
         super().log_hyperparams({key: value for key, value in flat.items() if key not in changed})
 
 
-class WandbLogger(loggers.WandbLogger):
+class ContinuedWandbLogger(loggers.WandbLogger):
     """``run_folder``: where the W&B run's id is kept; the other arguments are Lightning's.
 
     Also leaves out ``anonymous``, which Lightning passes to ``wandb.init`` on every run (None when unset)

@@ -32,7 +32,7 @@ LEGEND_AT_MOST = 12  # runs: more than this many, and the curves go unlabelled
 MARKED_AT_MOST = 8  # values of a key: up to this many, each is a tick, written as given (an Optuna study's are not)
 
 
-class Run(Protocol):  # a job of the sweep's table (summary.Job)
+class ComparedRun(Protocol):  # a job of the sweep's table (summary.Job)
     folder: Path
     params: dict[str, str]
     metric: float | None
@@ -107,7 +107,7 @@ def read_curve(folder: Path, name: str) -> list[tuple[int, float]]:
     return []
 
 
-def draw(runs: Sequence[Run], varied: list[str], metric: str, curve: str | None = None) -> Figure:
+def draw(runs: Sequence[ComparedRun], varied: list[str], metric: str, curve: str | None = None) -> Figure:
     """One panel per varied key (``metric`` against its values), then the runs' ``curve`` overlaid; each
     run has one colour in every panel."""
     curve = curve or curve_of(metric)
@@ -127,7 +127,7 @@ def draw(runs: Sequence[Run], varied: list[str], metric: str, curve: str | None 
     return figure
 
 
-def save(path: Path, runs: Sequence[Run], varied: list[str], metric: str, curve: str | None = None) -> Path:
+def save(path: Path, runs: Sequence[ComparedRun], varied: list[str], metric: str, curve: str | None = None) -> Path:
     png = io.BytesIO()
     # bbox_inches: the legend beside the curves is drawn in full
     draw(runs, varied, metric, curve).savefig(png, format="png", dpi=110, bbox_inches="tight")
@@ -153,7 +153,7 @@ def _against(ax: Axes, points: list[tuple[str, float, str]], key: str, metric: s
     ax.grid(alpha=0.3)
 
 
-def _curves(ax: Axes, runs: Sequence[Run], colours: list[str], labels: list[str], curve: str) -> None:
+def _curves(ax: Axes, runs: Sequence[ComparedRun], colours: list[str], labels: list[str], curve: str) -> None:
     drawn = 0
     for run, colour, label in zip(runs, colours, labels, strict=True):
         if points := read_curve(run.folder, curve):
@@ -168,7 +168,7 @@ def _curves(ax: Axes, runs: Sequence[Run], colours: list[str], labels: list[str]
     ax.grid(alpha=0.3)
 
 
-def _labels(runs: Sequence[Run], varied: list[str]) -> list[str]:
+def _labels(runs: Sequence[ComparedRun], varied: list[str]) -> list[str]:
     """Each run by its varied values, under the keys' last parts where those tell them apart (lr=0.001)."""
     short = [key.rpartition(".")[2] for key in varied]
     names = short if len(set(short)) == len(short) else varied

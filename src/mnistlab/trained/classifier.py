@@ -19,7 +19,7 @@ from mnistlab.trained import loading, model_card
 
 
 @dataclass
-class Classifier:
+class TrainedClassifier:
     logits: Callable[[np.ndarray], np.ndarray]  # the network's inputs (N, ...) -> logits (N, classes)
     card: dict[str, Any]  # the preprocessing (scale, mean, std) and the class names
     device: str = "cpu"
@@ -63,7 +63,7 @@ class Classifier:
 
 def load(
     path: str | Path, device: str = "cpu", data_dir: str = "data", trusted: Sequence[str] = loading.TRUSTED
-) -> Classifier:
+) -> TrainedClassifier:
     """The classifier in a checkpoint of train.py or an exported ``.onnx``; ``device``: cpu or cuda;
     ``trusted``: the modules whose classes the checkpoint's config may name."""
     path = Path(path)
@@ -80,7 +80,7 @@ def load(
         with torch.inference_mode():
             return net(torch.from_numpy(x).to(device)).cpu().numpy()
 
-    return Classifier(logits, card, device)
+    return TrainedClassifier(logits, card, device)
 
 
 def _numbered(net: dict[str, Any]) -> list[str] | None:
@@ -89,7 +89,7 @@ def _numbered(net: dict[str, Any]) -> list[str] | None:
     return [str(label) for label in range(count)] if isinstance(count, int) else None
 
 
-def _from_onnx(path: Path, device: str) -> Classifier:
+def _from_onnx(path: Path, device: str) -> TrainedClassifier:
     try:
         import onnxruntime
     except ImportError as err:
@@ -112,7 +112,7 @@ def _from_onnx(path: Path, device: str) -> Classifier:
     batch, *shape = entry.shape
     if isinstance(batch, int):
         raise InputError(f"{path} takes batches of exactly {batch}: export it with any batch size (export.py does)")
-    return Classifier(lambda x: session.run(None, {entry.name: x})[0], card, device, tuple(shape))
+    return TrainedClassifier(lambda x: session.run(None, {entry.name: x})[0], card, device, tuple(shape))
 
 
 def _shown(shape: Sequence[int | str | None] | None) -> str:

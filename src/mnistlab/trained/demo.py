@@ -26,7 +26,7 @@ import gradio  # after the line above
 log = logging.getLogger(__name__)
 
 
-def reader(model: classifier.Classifier, decode: Callable[[bytes], np.ndarray]) -> Callable[[Any], dict | None]:
+def reader(model: classifier.TrainedClassifier, decode: Callable[[bytes], np.ndarray]) -> Callable[[Any], dict | None]:
     """The page's function: a drawing (the sketchpad's value) -> the probability of each class by name,
     or None while the canvas is blank."""
 

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained.batching import Batcher
-from mnistlab.trained.classifier import Classifier
+from mnistlab.trained.classifier import TrainedClassifier
 
 USAGE = 'send an image (PNG, JPEG) as the body, or JSON {"images": [<base64>, ...]}'
 
@@ -38,7 +38,7 @@ class Refused(Exception):
         self.status = status
 
 
-def app(net: Classifier, decode: Callable[[bytes], np.ndarray], cfg: Any, info: dict[str, Any]) -> Starlette:
+def app(net: TrainedClassifier, decode: Callable[[bytes], np.ndarray], cfg: Any, info: dict[str, Any]) -> Starlette:
     """The API around ``net``; ``cfg``: conf/serve.yaml's limits and batching; ``info``: what /info says."""
     batcher = Batcher(lambda bodies: classify(net, decode, bodies), cfg.max_batch_size, cfg.batch_timeout)
 
@@ -69,7 +69,9 @@ def app(net: Classifier, decode: Callable[[bytes], np.ndarray], cfg: Any, info: 
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def classify(net: Classifier, decode: Callable[[bytes], np.ndarray], bodies: list[bytes]) -> list[np.ndarray | str]:
+def classify(
+    net: TrainedClassifier, decode: Callable[[bytes], np.ndarray], bodies: list[bytes]
+) -> list[np.ndarray | str]:
     """Each body's class probabilities, or why it is refused: decoded, then one forward pass per input shape."""
     inputs: list[np.ndarray | str] = []
     for body in bodies:
@@ -136,6 +138,6 @@ def _refusal(status: int, reason: str) -> JSONResponse:
     return JSONResponse({"detail": " ".join(reason.split())}, status_code=status)
 
 
-def _answer(net: Classifier, probabilities: np.ndarray) -> dict[str, Any]:
+def _answer(net: TrainedClassifier, probabilities: np.ndarray) -> dict[str, Any]:
     label = int(probabilities.argmax())
     return {"class": label, "name": net.name(label), "probabilities": probabilities.tolist()}
