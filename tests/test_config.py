@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,16 @@ def test_a_minimised_monitor_picks_the_job_with_the_lowest_metric(tmp_path: Path
         assert metrics["val/loss_best"] <= metrics["val/loss"] and f"{losses[job]:.4g}" in best.name
     best = min(losses, key=losses.get)
     assert f"Best: job {best}, val/loss_best={losses[best]:.6g}: {sweep / best}" in result.stdout
+
+
+def test_the_options_a_defaults_comment_lists_are_the_groups_files() -> None:
+    """``- strategy: auto  # auto | ddp | ...``: a list of options in a comment names every file of the group's
+    folder and no other, so it cannot go stale when an option is added or removed."""
+    listed = 0
+    for config in (ROOT / "conf").glob("*.yaml"):
+        for group, options in re.findall(r"(?m)^  - (\w+): \S+ +# ([\w ]+(?:\| *\w+ *)+)", config.read_text()):
+            named = {option.strip() for option in options.split("|")}
+            files = {path.stem for path in (ROOT / "conf" / group).glob("*.yaml")}
+            assert named == files, f"{config.name}'s comment on {group}: {sorted(named ^ files)}"
+            listed += 1
+    assert listed >= 3  # strategy, logger, debug: the check reads real comments
