@@ -105,13 +105,13 @@ class EarlyStopping(Target):
     min_delta: Annotated[float, Field(ge=0)]
 
 
-class SafeStop(Target):
+class SafeStopConfig(Target):
     checkpoint: str
     check_every_n_steps: Positive
     requeue: bool = True
 
 
-class TestPictures(Target):
+class TestPicturesConfig(Target):
     misclassified: NonNegative
     png_dir: str | None
 
@@ -122,8 +122,8 @@ class Callbacks(Node):
     model_checkpoint: Checkpoint | None = None
     last_checkpoint: Checkpoint | None = None
     early_stopping: EarlyStopping | None = None
-    safe_stop: SafeStop | None = None
-    test_pictures: TestPictures | None = None
+    safe_stop: SafeStopConfig | None = None
+    test_pictures: TestPicturesConfig | None = None
     lr_monitor: Target | None = None
     progress_bar: Target | None = None
     model_summary: Target | None = None
@@ -136,7 +136,7 @@ class Paths(Node):
     output_dir: str
 
 
-class Run(Node):
+class RunConfig(Node):
     """Keys and groups shared by train.yaml and eval.yaml."""
 
     task_name: str
@@ -155,7 +155,7 @@ class Run(Node):
     hydra: Any = None  # Hydra's own config, when a test composes it in: typed by Hydra
 
 
-class TrainConfig(Run):
+class TrainConfig(RunConfig):
     ckpt_path: str | None
     resume: str | None = None
     test: bool
@@ -173,7 +173,7 @@ class TrainConfig(Run):
         return self
 
 
-class EvalConfig(Run):
+class EvalConfig(RunConfig):
     ckpt_path: str
 
 
