@@ -7,7 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import failures, launch, schema
+from mnistlab.runtime import checks, failures, launch, schema
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
@@ -23,5 +23,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    with failures.reported():
+        checks.group_set_to_null(sys.argv, Path(__file__).parent / "conf")  # one line, not Hydra's traceback
     sys.argv += launch.join_external_launch("eval")  # under torchrun: one run folder for all ranks
     main()

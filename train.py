@@ -7,7 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import failures, launch, resume, schema, signals
+from mnistlab.runtime import checks, failures, launch, resume, schema, signals
 from mnistlab.sweeps import gpu_slots
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
@@ -30,6 +30,7 @@ def main(cfg: DictConfig) -> float | None:
 if __name__ == "__main__":
     signals.listen()  # from now on a stop signal waits for the first step (where SafeStop saves the run)
     with failures.reported():
+        checks.group_set_to_null(sys.argv, Path(__file__).parent / "conf")  # one line, not Hydra's traceback
         sys.argv = resume.expand(sys.argv)  # resume=<run folder>: that run's own overrides, then these
     sys.argv += launch.join_external_launch("train")  # under torchrun: one run folder for all ranks
     main()

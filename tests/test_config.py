@@ -8,7 +8,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
 from omegaconf import OmegaConf
 
-from mnistlab.runtime import ddp, schema
+from mnistlab.runtime import checks, ddp, schema
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.tasks import train
 
@@ -209,3 +209,29 @@ def test_the_options_a_defaults_comment_lists_are_the_groups_files() -> None:
             assert named == files, f"{config.name}'s comment on {group}: {sorted(named ^ files)}"
             listed += 1
     assert listed >= 3  # strategy, logger, debug: the check reads real comments
+
+
+@pytest.mark.parametrize(
+    "override,off",
+    [
+        ("model/scheduler=null", "~model/scheduler"),
+        ("+model/scheduler=~", "~model/scheduler"),
+        ("logger=null", "logger=none"),
+    ],
+)
+def test_a_group_set_to_null_is_answered_with_how_to_switch_it_off(override: str, off: str) -> None:
+    group = override.partition("=")[0].lstrip("+")
+    with pytest.raises(InputError, match=re.escape(f"to switch {group} off, write {off}")):
+        checks.group_set_to_null(["train.py", "debug=fdr", override], CONF)
+    checks.group_set_to_null(["train.py", off, "model.scheduler=null", "ckpt_path=null"], CONF)  # these work
+
+
+@pytest.mark.slow
+def test_an_entry_point_refuses_a_group_set_to_null_in_one_line(tmp_path: Path) -> None:
+    for script in ("train.py", "eval.py"):
+        result = run_script(script, "model/scheduler=null", f"paths.log_dir={tmp_path}", timeout=60)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        assert result.stderr.strip() == (
+            "Error: model/scheduler=null: a group's choice is a file of conf/model/scheduler/; to switch "
+            "model/scheduler off, write ~model/scheduler"
+        )

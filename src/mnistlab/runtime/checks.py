@@ -11,6 +11,17 @@ class InputError(ValueError):
     """A wrong override, a missing or corrupt file: the user's to fix, so entry points print one line."""
 
 
+def group_set_to_null(argv: list[str], conf: Path) -> None:
+    """``logger=null``, ``model/scheduler=null``: Hydra takes a config group's choice as a file's name only,
+    and ends in a traceback. Switching a group off is its ``none`` option where it has one, else ``~group``."""
+    for arg in argv[1:]:
+        key, equals, value = arg.partition("=")
+        group = key.lstrip("+")
+        if equals and value.strip() in ("null", "~") and group and (conf / group).is_dir():
+            off = f"{group}=none" if (conf / group / "none.yaml").is_file() else f"~{group}"
+            raise InputError(f"{arg}: a group's choice is a file of conf/{group}/; to switch {group} off, write {off}")
+
+
 def indivisible_batch(batch_size: int, world_size: int) -> str:
     """What to say of a global batch that the processes cannot share (schema.py, batches.py)."""
     return (
