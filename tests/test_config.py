@@ -214,8 +214,8 @@ def test_the_options_a_defaults_comment_lists_are_the_groups_files() -> None:
 @pytest.mark.parametrize(
     "override,off",
     [
-        ("model/scheduler=null", "~model/scheduler"),
-        ("+model/scheduler=~", "~model/scheduler"),
+        ("strategy=null", "~strategy"),  # the framework's groups: there whatever the task
+        ("+strategy=~", "~strategy"),
         ("logger=null", "logger=none"),
     ],
 )
@@ -223,15 +223,15 @@ def test_a_group_set_to_null_is_answered_with_how_to_switch_it_off(override: str
     group = override.partition("=")[0].lstrip("+")
     with pytest.raises(InputError, match=re.escape(f"to switch {group} off, write {off}")):
         checks.group_set_to_null(["train.py", "debug=fdr", override], CONF)
-    checks.group_set_to_null(["train.py", off, "model.scheduler=null", "ckpt_path=null"], CONF)  # these work
+    checks.group_set_to_null(["train.py", off, "trainer.profiler=null", "ckpt_path=null"], CONF)  # these work
 
 
 @pytest.mark.slow
 def test_an_entry_point_refuses_a_group_set_to_null_in_one_line(tmp_path: Path) -> None:
     for script in ("train.py", "eval.py"):
-        result = run_script(script, "model/scheduler=null", f"paths.log_dir={tmp_path}", timeout=60)
+        result = run_script(script, "hydra/launcher=null", f"paths.log_dir={tmp_path}", timeout=60)
         assert result.returncode == 1 and "Traceback" not in result.stderr
         assert result.stderr.strip() == (
-            "Error: model/scheduler=null: a group's choice is a file of conf/model/scheduler/; to switch "
-            "model/scheduler off, write ~model/scheduler"
+            "Error: hydra/launcher=null: a group's choice is a file of conf/hydra/launcher/; to switch "
+            "hydra/launcher off, write ~hydra/launcher"
         )
