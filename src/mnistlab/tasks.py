@@ -53,11 +53,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 
 def _fit_and_test(cfg: DictConfig) -> dict[str, float]:
-    if cfg.get("ckpt_path"):
-        load_checkpoint(cfg.ckpt_path)  # a missing or broken file: one line now, not a traceback from fit
+    # A missing or broken file: one line now, not a traceback from fit; read once, for every check below.
+    given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
     config_tree.show(cfg)
     L.seed_everything(cfg.seed, workers=True)
-    datamodule, model, trainer = _build(cfg, cfg.get("ckpt_path"))
+    datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
     # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
@@ -65,7 +65,8 @@ def _fit_and_test(cfg: DictConfig) -> dict[str, float]:
         signals.release()  # nothing would act on a stop signal the entry point notes
     start_from = cfg.get("ckpt_path") or _last_checkpoint(trainer, cfg)
     if start_from:
-        run_record.warn_if_different(load_checkpoint(start_from), start_from, run_record.data_files(datamodule))
+        saved = given if given is not None and start_from == cfg.get("ckpt_path") else load_checkpoint(start_from)
+        run_record.warn_if_different(saved, start_from, run_record.data_files(datamodule))
     if cfg.get("resume") and trainer.is_global_zero and HydraConfig.initialized():
         log.info("Recorded this resume in %s", resume.record(cfg, HydraConfig.get().overrides.task))
     try:
@@ -108,7 +109,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = load_checkpoint(cfg.ckpt_path)
     config_tree.show(cfg)
-    datamodule, model, trainer = _build(cfg, cfg.ckpt_path)
+    datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, checkpoint))
     run_record.warn_if_different(checkpoint, cfg.ckpt_path, run_record.data_files(datamodule))
     model.load_state_dict(checkpoint["state_dict"])
     trainer.test(model, datamodule=datamodule)
@@ -138,14 +139,15 @@ def _log_overrides(cfg: DictConfig) -> None:
 
 
 def _build(
-    cfg: DictConfig, weights_from: str | None = None
+    cfg: DictConfig, weights_from: tuple[str, dict[str, Any]] | None = None
 ) -> tuple[L.LightningDataModule, L.LightningModule, L.Trainer]:
-    """The run's parts; ``weights_from``: a checkpoint whose weights the model must fit, checked before the
+    """The run's parts; ``weights_from``: (path, checkpoint) whose weights the model must fit, checked before the
     loggers and the trainer write anything into the run's folder."""
     _set_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
     datamodule, model = _instantiate(cfg.data, "data"), _instantiate(cfg.model, "model")
     if weights_from:
-        fit_weights(model, load_checkpoint(weights_from)["state_dict"], f"ckpt_path={weights_from}")
+        path, checkpoint = weights_from
+        fit_weights(model, checkpoint["state_dict"], f"ckpt_path={path}")
     # A group entry set to null (e.g. callbacks.early_stopping=null) switches that object off.
     callbacks = [_instantiate(c, f"callbacks.{k}") for k, c in (cfg.get("callbacks") or {}).items() if c is not None]
     loggers = [_instantiate(c, f"logger.{k}") for k, c in (cfg.get("logger") or {}).items() if c is not None]
