@@ -6,12 +6,12 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import failures, schema
+from mnistlab.runtime import failures, hydra_versions, schema
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="demo")
+@hydra.main(config_path="conf", config_name="demo", **hydra_versions.MAIN)
 def main(cfg: DictConfig) -> None:
     with failures.reported():
         schema.check(cfg, schema.DemoConfig)  # before torch and Gradio load

@@ -7,13 +7,13 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import checks, failures, launch, schema
+from mnistlab.runtime import checks, failures, hydra_versions, launch, schema
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="eval")
+@hydra.main(config_path="conf", config_name="eval", **hydra_versions.MAIN)
 def main(cfg: DictConfig) -> None:
     with failures.reported():
         schema.check(cfg, schema.EvalConfig)  # before torch and Lightning load: answered in 0.5 s, not 6

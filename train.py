@@ -7,14 +7,14 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import checks, failures, launch, resume, schema, signals
+from mnistlab.runtime import checks, failures, hydra_versions, launch, resume, schema, signals
 from mnistlab.sweeps import gpu_slots
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+@hydra.main(config_path="conf", config_name="train", **hydra_versions.MAIN)
 def main(cfg: DictConfig) -> float | None:
     with failures.reported():
         if (metrics := resume.finished_job(cfg)) is not None:

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 import yaml  # copier's and cookiecutter's own dependency: there wherever this runs
 
 NAME = "mnistlab"
+LOCK = "uv.lock"  # the exact, hashed versions `uv sync` installs (README: Set up)
 TEMPLATE = Path(__file__).resolve().parents[1]
 BLANK = TEMPLATE / "generator" / "blank"  # the placeholders, under the template's names, copied over it
 EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-example
@@ -134,7 +135,8 @@ def rename(root: Path, files: list[str], names: dict[str, str]) -> None:
         except UnicodeDecodeError:
             text = ""  # not text (a picture): nothing to rename inside
         if any(old in text for old in names):
-            texts[path] = _replace(text, names)
+            # uv.lock names packages as uv normalises them: retina-lab for retina_lab.
+            texts[path] = _replace(text, names | {NAME: names[NAME].replace("_", "-")} if name == LOCK else names)
         if any(old in name for old in names):
             moves[path] = root / _replace(name, names)
     longest = os.pathconf(root, "PC_NAME_MAX")
@@ -171,15 +173,21 @@ def describe(root: Path, project: str, package: str, description: str, author: s
     author_line = f"authors = [{{ {person} }}]\n" if person else ""  # an empty e-mail is no valid one
     pyproject.write_text(text.replace('readme = "README.md"\n', f'readme = "README.md"\n{author_line}', 1))
     readme = root / "README.md"
-    text = _section(readme.read_text(), "template only", keep=False)  # what is about the template itself
-    text = _section(text, "example only", keep=example)  # MNIST's data, digit prediction, the benchmarks
-    text = BLANK_TEXT.sub("" if example else r"\1", text)
-    text = re.sub(r"\n{3,}", "\n\n", text)  # where a section went between two blank lines
-    _, rest = text.split("\n## ", 1)  # the title and first paragraph end at the first section
+    # The title and first paragraph end at the first section.
+    _, rest = own_text(readme.read_text(), example).split("\n## ", 1)
     intro = f"# {project}\n\n{description}\n\nBuilt on a Lightning + Hydra template for distributed training.\n"
     if not example:
         intro += PLACEHOLDERS.format(package=package)
     readme.write_text(f"{intro}\n## {rest}")
+
+
+def own_text(text: str, example: bool) -> str:
+    """A page of the README or the docs as the project has it: what is about the template itself out,
+    the example's parts (MNIST's data, digit prediction, the benchmarks) kept with the example."""
+    text = _section(text, "template only", keep=False)
+    text = _section(text, "example only", keep=example)
+    text = BLANK_TEXT.sub("" if example else r"\1", text)
+    return re.sub(r"\n{3,}", "\n\n", text)  # where a section went between two blank lines
 
 
 def _section(text: str, name: str, keep: bool) -> str:
@@ -226,6 +234,8 @@ def main() -> None:
     if not example:
         files = leave_out_example(root, files)
     describe(root, args.project, args.package, args.description, args.author, args.email, example)
+    for page in [root / name for name in files if name.startswith("docs/") and name.endswith(".md")]:
+        page.write_text(own_text(page.read_text(), example))
     names = {NAME: args.package, NAME.upper(): args.package.upper()} | ({} if example else BLANK_NAMES)
     rename(root, files, names)
 

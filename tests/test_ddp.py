@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from mnistlab.runtime import hydra_versions
+
 import processes
 from conftest import (
     EQUIVALENCE,
@@ -211,7 +213,7 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
     from submitit.slurm.slurm import _make_sbatch_string
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         overrides = ["hydra/launcher=slurm", "trainer.num_nodes=2", "trainer.devices=4", f"paths.log_dir={tmp_path}"]
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     launcher = cfg.hydra.launcher

@@ -15,6 +15,7 @@ from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from torchvision.datasets import MNIST
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.trained import classifier, digits
 from mnistlab.trained.demo import page, reader
 
@@ -70,7 +71,7 @@ def test_a_drawing_is_read_as_predict_reads_its_image(checkpoint: Path) -> None:
 
 
 def test_the_page_is_built_from_the_config(checkpoint: Path) -> None:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         cfg = compose("demo", [f"ckpt_path={checkpoint}", f"paths.data_dir={DATA_DIR}", "top_classes=5"])
     config = page(cfg).get_config_file()
     kinds = {c["props"].get("elem_id"): c for c in config["components"]}

@@ -9,7 +9,7 @@ import safetensors.torch
 import torch
 from hydra import compose, initialize_config_dir
 
-from mnistlab.runtime import provenance
+from mnistlab.runtime import hydra_versions, provenance
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.trained import classifier, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
@@ -47,7 +47,7 @@ FILES = {
 def test_the_exported_network_runs_alone_predicts_as_the_checkpoint_and_says_what_to_feed_it(
     format: str, trained_checkpoint, tmp_path
 ) -> None:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         overrides = [f"ckpt_path={trained_checkpoint}", f"format={format}", f"paths.output_dir={tmp_path}", TRUST_SUITE]
         cfg = compose("export", overrides)
     path = export(cfg)  # raises if its logits differ from the checkpoint's by more than cfg.tolerance
@@ -81,7 +81,7 @@ def test_the_exported_network_runs_alone_predicts_as_the_checkpoint_and_says_wha
 @pytest.mark.slow
 def test_an_export_whose_logits_differ_beyond_the_tolerance_is_refused(trained_checkpoint, tmp_path) -> None:
     """ONNX's logits differ from the checkpoint's by about 6e-6: refused with tolerance=0."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         cfg = compose(
             "export",
             [

@@ -12,6 +12,7 @@ import torchvision
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.trained import loading
 from mnistlab.trained.exporting import SUFFIX, export
@@ -46,7 +47,7 @@ def _test_digit(folder) -> int:
 def test_the_readme_lines_classify_a_digit_with_the_exported_file_alone(format, trained_example, tmp_path) -> None:
     assert _without_this_project("import mnistlab", tmp_path).returncode != 0
     code = BLOCKS[SUFFIX[format]]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         export(compose("export", [f"ckpt_path={trained_example}", f"format={format}", f"paths.output_dir={tmp_path}"]))
     label = _test_digit(tmp_path)
     saved = load_checkpoint(trained_example)

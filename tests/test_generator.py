@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 import processes
@@ -52,6 +53,14 @@ def _generate(template: Path, project: Path, *answers: str) -> None:
     _copier("copy", *answers, str(template), str(project), cwd=project.parent)
     _run("git", "init", "-q", cwd=project)
     _commit(project, "generated")
+
+
+def _locked_versions(project: Path) -> dict[str, set[str]]:
+    """uv.lock's packages and their versions (one package may have several: one per Python range)."""
+    versions: dict[str, set[str]] = {}
+    for package in tomllib.loads((project / "uv.lock").read_text())["package"]:
+        versions.setdefault(package["name"], set()).add(package["version"])
+    return versions
 
 
 def _copy_working_tree(repo: Path) -> None:
@@ -104,6 +113,8 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     assert "RETINA_LAB_EPOCH_TIMES" in (project / "benchmarks" / "timing.py").read_text()
     pyproject = (project / "pyproject.toml").read_text()
     assert 'name = "retina_lab"' in pyproject
+    locked, template = _locked_versions(project), _locked_versions(ROOT)  # the template's lock, renamed
+    assert locked.pop("retina-lab") == template.pop("mnistlab") and locked == template
     assert 'authors = [{ name = "Ada Lovelace", email = "ada@example.org" }]' in pyproject
     readme = (project / "README.md").read_text()
     assert readme.startswith("# Retina Lab\n\nA deep-learning project trained with PyTorch Lightning")
@@ -147,6 +158,10 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
         (project / ".github" / "workflows" / "tests.yml").read_text(),
     ):
         assert not {"gradio", "playwright", "chromium", "demo"} & set(re.findall(r"[a-z]+", text.lower()))
+    # Its own lock (no demo extra: the template's would be stale there), with the template's versions.
+    locked, template = _locked_versions(project), _locked_versions(ROOT)
+    assert "blank-lab" in locked and "gradio" not in locked
+    assert all(versions == template[name] for name, versions in locked.items() if name != "blank-lab")
     assert (
         "_target_: blank_lab.data.PlaceholderDataModule" in (project / "conf" / "data" / "placeholder.yaml").read_text()
     )

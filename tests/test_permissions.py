@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mnistlab.runtime import atomic
+from mnistlab.runtime import atomic, hydra_versions
 from mnistlab.trained.exporting import export
 
 from conftest import SHORT, TRUST_SUITE, compose_config
@@ -33,7 +33,7 @@ def test_every_file_of_a_run_and_its_export_follows_the_umask(umask: int, tmp_pa
     train(compose_config("train", run, [*SHORT, "logger=csv"]))
     (best,) = (run / "checkpoints").glob("epoch*.ckpt")
     for format in ("export", "safetensors"):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
             overrides = [f"ckpt_path={best}", f"format={format}", f"paths.output_dir={tmp_path / format}", TRUST_SUITE]
             export(compose("export", overrides))
     expected = oct(0o666 & ~umask)

@@ -5,25 +5,26 @@ import re
 from pathlib import Path
 
 import numpy as np
-import onnx_models
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from mnistlab.data import normalize
+from mnistlab.runtime import hydra_versions
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import loading
 from mnistlab.trained.prediction import predict
 
+import onnx_models
 from conftest import DATA_DIR, MARKER, ROOT, run_script
 
 IMAGES = 64
 
 
 def _config(name: str, out: Path, overrides: list[str]):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         return compose(config_name=name, overrides=[f"paths.log_dir={out}", f"paths.output_dir={out}", *overrides])
 
 

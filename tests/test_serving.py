@@ -14,16 +14,17 @@ from types import SimpleNamespace
 
 import httpx
 import numpy as np
-import onnx_models
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import classifier, http_api, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
+import onnx_models
 from conftest import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED, serving
 
 COUNT = 48  # test inputs classified by each server
@@ -115,7 +116,7 @@ def test_each_bad_request_gets_its_reason_alone_and_the_server_goes_on(trained_c
 
 @pytest.mark.slow
 def test_an_exported_onnx_model_is_served_with_its_cards_preprocessing(trained_checkpoint, tmp_path) -> None:
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         cfg = compose(
             "export", [f"ckpt_path={trained_checkpoint}", "format=onnx", f"paths.output_dir={tmp_path}", TRUST_SUITE]
         )

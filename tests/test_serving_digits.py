@@ -6,13 +6,13 @@ import io
 
 import httpx
 import numpy as np
-import onnx_models
 import pytest
 from PIL import Image
 from torchvision.datasets import MNIST
 
 from mnistlab.trained import classifier, digits
 
+import onnx_models
 from conftest import DATA_DIR, run_script, serving
 
 

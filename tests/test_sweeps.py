@@ -14,6 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.sweeps import gpu_slots
 from mnistlab.sweeps.summary import SweepSummary
 
@@ -158,7 +159,7 @@ def test_a_parallel_job_trains_on_a_gpu_no_other_job_holds(tmp_path, monkeypatch
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         sweep = ["hydra/launcher=parallel", f"hydra.sweep.dir={tmp_path}", "trainer.accelerator=gpu"]
         cfg = compose("train", overrides=sweep, return_hydra_config=True)
     with open_dict(cfg):

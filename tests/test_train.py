@@ -3,7 +3,6 @@ import subprocess
 from pathlib import Path
 from typing import BinaryIO
 
-import onnx_models
 import pytest
 import torch
 from hydra.utils import instantiate
@@ -13,6 +12,7 @@ from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import evaluate, train
 from mnistlab.trained import loading
 
+import onnx_models
 from conftest import SHORT, SUITE_DATA, TRUSTED, compose_config, run_script
 
 

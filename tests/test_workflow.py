@@ -43,13 +43,25 @@ def _runs(job: dict[str, Any]) -> list[str]:
 
 def test_the_workflow_runs_the_readmes_commands() -> None:
     workflow = _load(WORKFLOW)
-    fast, slow = workflow["jobs"]["fast"], workflow["jobs"]["slow"]
-    setup = re.search(r"(?m)^(pip install -e \"\.\[dev\]\") && python train\.py", (ROOT / "README.md").read_text())
+    fast, slow, lock = workflow["jobs"]["fast"], workflow["jobs"]["slow"], workflow["jobs"]["lock"]
+    setup = re.search(r"(?m)^(pip install uv) && uv run train\.py", (ROOT / "README.md").read_text())
     assert setup, "the README's set-up line"
-    assert setup[1] in _runs(fast) and any(setup[1] in run for run in _runs(slow))
-    assert _runs(fast)[-1].startswith('pytest -m "not slow"') and _runs(slow)[-1].startswith("pytest -m slow")
-    assert any(run.endswith("pre-commit run --all-files --show-diff-on-failure") for run in _runs(fast))
+    install = f"{setup[1]} && uv sync --locked"  # the README's, with the lock checked (stale: it fails)
+    assert install in _runs(fast) and any(install in run for run in _runs(slow))
+    assert _runs(fast)[-1].startswith('uv run pytest -m "not slow"')
+    assert _runs(slow)[-1].startswith("uv run pytest -m slow")
+    assert any(run.endswith("uv run pre-commit run --all-files --show-diff-on-failure") for run in _runs(fast))
     assert set(workflow["on"]) == {"push", "pull_request", "schedule", "workflow_dispatch"}
     assert "'push'" in fast["if"] and "'pull_request'" in fast["if"] and "'schedule'" not in fast["if"]
-    assert "'schedule'" in slow["if"] and "'workflow_dispatch'" in slow["if"] and "'push'" not in slow["if"]
+    for job in (slow, lock):
+        assert "'schedule'" in job["if"] and "'workflow_dispatch'" in job["if"] and "'push'" not in job["if"]
     assert workflow["env"]["CI"] == "true"  # a skip fails there, as in this repository's CI (conftest)
+
+
+def test_the_scheduled_lock_upgrade_tests_the_lock_it_leaves() -> None:
+    """Monday's job upgrades uv.lock, runs the fast tier on exactly that lock, and keeps it to commit."""
+    lock = _load(WORKFLOW)["jobs"]["lock"]
+    runs = _runs(lock)
+    assert "uv lock --upgrade" in runs[0] and runs[-1].startswith('uv run --locked pytest -m "not slow"')
+    (upload,) = [step for step in lock["steps"] if step.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["with"]["path"] == "uv.lock" and lock["steps"][-1] is upload  # only after the tests passed

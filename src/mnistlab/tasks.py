@@ -23,6 +23,7 @@ from mnistlab.runtime import (
     config_tree,
     console,
     folder_lock,
+    hydra_versions,
     hyperparameters,
     launch,
     resume,
@@ -47,7 +48,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     folder = Path(cfg.paths.output_dir)
     folder_lock.hold(folder, "the run")  # a second start on this folder (resume=) is refused while it runs
     try:
-        return _fit_and_test(cfg)
+        with hydra_versions.allowed():  # what conf/ may call, also where train(cfg) is called directly
+            return _fit_and_test(cfg)
     finally:
         folder_lock.release(folder)
 
@@ -109,7 +111,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = load_checkpoint(cfg.ckpt_path)
     config_tree.show(cfg)
-    datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, checkpoint))
+    with hydra_versions.allowed():
+        datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, checkpoint))
     run_record.warn_if_different(checkpoint, cfg.ckpt_path, run_record.data_files(datamodule))
     model.load_state_dict(checkpoint["state_dict"])
     trainer.test(model, datamodule=datamodule)

@@ -27,9 +27,9 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from mnistlab.runtime import run_folder
+from mnistlab.runtime import hydra_versions, run_folder
 from mnistlab.runtime.checks import InputError
 from mnistlab.runtime.run_folder import RUN_ID
 
@@ -198,7 +198,7 @@ def _processes_per_node(config_name: str) -> int:
     conf = Path(os.environ.get(ENTRY_POINT, sys.argv[0])).resolve().parent / "conf"
     # Hydra's settings are for main (Lightning's own among them), but where configs are found counts here too.
     overrides = [arg for arg in sys.argv[1:] if not arg.startswith("hydra.") or arg.startswith("hydra.searchpath=")]
-    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf), **hydra_versions.BASE):
         trainer = compose(config_name, overrides=overrides).trainer
     on_cpu = trainer.accelerator == "cpu" or not CUDAAccelerator.is_available()
     accelerator = CPUAccelerator if on_cpu else CUDAAccelerator
@@ -283,4 +283,4 @@ def isolate_restarted_workers(strategy: Any) -> None:
     )
 
 
-OmegaConf.register_new_resolver("torchrun", started_by_torchrun, replace=True)
+hydra_versions.register_resolver("torchrun", started_by_torchrun)

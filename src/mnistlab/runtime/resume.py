@@ -36,7 +36,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.runtime import folder_lock
+from mnistlab.runtime import folder_lock, hydra_versions
 from mnistlab.runtime.checks import InputError, broken_checkpoint
 from mnistlab.runtime.run_folder import FAILURE_FILE, METRICS_FILE, SWEEP_FILE
 
@@ -216,7 +216,7 @@ def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
     job = [_first_value(arg) for arg in own] + [arg for arg in overrides if _key(arg) == "hydra.searchpath"]
     config = script.resolve().parent / "conf"
     try:
-        with initialize_config_dir(config_dir=str(config), version_base="1.3", job_name="train"):
+        with initialize_config_dir(config_dir=str(config), job_name="train", **hydra_versions.BASE):
             cfg = compose("train", overrides=[*job, f"paths.output_dir='{folder / '0'}'"])
     except HydraException as err:
         raise InputError(f"resume={folder}: {' '.join(str(err).split())}") from None  # Hydra's, in one line

@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from mnistlab.runtime import hydra_versions
 
 # What a run's folder holds, by name: every module that writes or reads one of them names it from here.
 METRICS_FILE = "metrics.json"  # every metric of a finished run (rank 0); read back by sweeps and resume
@@ -77,5 +77,5 @@ def saved_once(output_dir: str) -> str | None:
     return None if (Path(output_dir) / ".hydra" / "overrides.yaml").is_file() else ".hydra"
 
 
-OmegaConf.register_new_resolver(RESOLVER, claim, use_cache=True, replace=True)
-OmegaConf.register_new_resolver("saved_once", saved_once, replace=True)  # not cached: each job asks of its own
+hydra_versions.register_resolver(RESOLVER, claim, use_cache=True)
+hydra_versions.register_resolver("saved_once", saved_once)  # not cached: each job asks of its own

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from PIL import Image
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import classifier
 
@@ -80,7 +80,7 @@ def page(cfg: DictConfig) -> gradio.Blocks:
             with gradio.Column():
                 shown = gradio.Label(num_top_classes=cfg.top_classes, label="The model reads", elem_id="reading")
         pad.change(
-            reader(model, instantiate(cfg.decode)), pad, shown,
+            reader(model, hydra_versions.plain_partial(cfg.decode)), pad, shown,
             api_name="classify", trigger_mode="always_last", show_progress="hidden",
         )  # fmt: skip
     return blocks

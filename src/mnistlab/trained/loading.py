@@ -16,6 +16,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from torch import nn
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.runtime.checkpoint_io import fit_weights
 from mnistlab.runtime.checks import InputError
 
@@ -27,7 +28,8 @@ TRUSTED = (PACKAGE, "torch.nn")
 
 def network(checkpoint: dict[str, Any], trusted: Sequence[str] = TRUSTED) -> nn.Module:
     """The checkpoint's network (``model.net`` of its run), with its weights, in eval mode."""
-    net = _build(checked(network_config(checkpoint), nn.Module, _prefixes(trusted), "model.net"), "model.net")
+    modules = _prefixes(trusted)
+    net = _build(checked(network_config(checkpoint), nn.Module, modules, "model.net"), "model.net", modules)
     weights = {k.removeprefix("net."): v for k, v in checkpoint["state_dict"].items() if k.startswith("net.")}
     fit_weights(net, weights, "the checkpoint", "its saved config and its weights disagree (a damaged or altered file)")
     net.load_state_dict(weights)
@@ -43,8 +45,9 @@ def datamodule(checkpoint: dict[str, Any], trusted: Sequence[str] = TRUSTED, **g
     """The checkpoint's data module (``data`` of its run), with ``given`` arguments replacing its own."""
     from lightning import LightningDataModule
 
-    data = checked(_config(checkpoint, "data"), LightningDataModule, _prefixes(trusted), "data")
-    return _build(data, "data", **{key: value for key, value in given.items() if key in data})
+    modules = _prefixes(trusted)
+    data = checked(_config(checkpoint, "data"), LightningDataModule, modules, "data")
+    return _build(data, "data", modules, **{key: value for key, value in given.items() if key in data})
 
 
 def _prefixes(trusted: Sequence[str]) -> tuple[str, ...]:
@@ -89,9 +92,10 @@ def checked(node: Any, base: type, modules: tuple[str, ...], where: str) -> Any:
     return {key: checked(value, nn.Module, modules, f"{where}.{key}") for key, value in node.items()}
 
 
-def _build(node: dict[str, Any], where: str, **given: Any) -> Any:
-    try:
-        return instantiate(node, **given)
+def _build(node: dict[str, Any], where: str, trusted: tuple[str, ...], **given: Any) -> Any:
+    try:  # Hydra 1.4 is held to the same modules, not to the wider list conf/ may name
+        with hydra_versions.allowed([f"{prefix}*" for prefix in trusted], only=True):
+            return instantiate(node, **given)
     except InstantiationException as err:
         if isinstance(err.__cause__, InputError):
             raise err.__cause__ from None

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any, NamedTuple
 
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from mnistlab.runtime import hydra_versions
 from mnistlab.runtime.checks import InputError
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class Placed(NamedTuple):
 def serve(cfg: DictConfig) -> None:
     from mnistlab.trained import classifier
 
-    decode = instantiate(cfg.decode)  # a bad decode config fails here, in one line
+    decode = hydra_versions.plain_partial(cfg.decode)  # a bad decode config fails here, in one line
     probe = classifier.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules)  # so does a bad model file
     if shape := getattr(sys.modules[decode.func.__module__], "SHAPE", None):  # a decoder of one shape says which
         probe.expect(shape, f"decode ({cfg.decode._target_})")  # refused now, not with a 400 on every request
@@ -158,10 +158,7 @@ def _process(settings: dict, device: str, threads: int, info: dict) -> None:
     logging.getLogger("mnistlab").setLevel(logging.ERROR)  # what loading the model warns, this process's parent said
     cfg = OmegaConf.create(settings)
     net = classifier.load(cfg.ckpt_path, device, cfg.paths.data_dir, cfg.trusted_modules)
-    decode = instantiate(cfg.decode)
-    # Hydra (1.3.8) checks its target policy again at each call of an instantiated partial: 100 us, as
-    # much as decoding a digit. It was checked once, by instantiate; the same function is called plain.
-    decode = functools.partial(decode.func, *decode.args, **decode.keywords)
+    decode = hydra_versions.plain_partial(cfg.decode)
     api = http_api.app(net, decode, cfg, info)
     config = uvicorn.Config(api, access_log=False, log_level="warning", timeout_graceful_shutdown=cfg.timeout)
     uvicorn.Server(config).run(sockets=[_listen(cfg.host, cfg.port, backlog=2048)])
