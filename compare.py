@@ -2,7 +2,7 @@
 
 Each varied hyperparameter against the runs' optimized metric, and their validation curves overlaid
 (src/mnistlab/sweeps/comparison.py); a sweep draws the same at its end, as comparison.png beside its
-summary.csv. The folders are data (README: Trust): read as plain files, nothing in them runs.
+summary.csv. The folders are data (docs/reliability.md, Trust): read as plain files, nothing in them runs.
 """
 
 import argparse

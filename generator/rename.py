@@ -42,12 +42,13 @@ EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-exampl
     "tests/test_demo.py",
     "docs/demo.png",
     "docs/comparison.png",
+    "docs/performance.md",  # the benchmarks' page
     "conf/data/mnist.yaml",
     "conf/data/fashion_mnist.yaml",
     "conf/data/kmnist.yaml",
     "tests/test_data.py",
     "tests/test_prediction.py",
-    "tests/test_export_readme.py",
+    "tests/test_export_docs.py",
     "tests/test_serving_digits.py",
     "tests/test_notebooks.py",
     "tests/test_benchmarks.py",
@@ -66,12 +67,16 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
     "hparams_search=mnist_optuna      ": "hparams_search=optuna            ",  # first: its comment column stays)
     "mnist_optuna": "optuna",
     "  - decode: digits": "  - decode: npy",  # serve.py: digit images are the example's
-    " munge chromium wrk": " munge",  # the demo's browser, the serving benchmark's client: the example's alone
-    " and Chromium and wrk (the demo's tests, the serving benchmark's)": "",
+    " munge chromium wrk": " munge chromium",  # the serving benchmark's client: the example's alone
+    " and Chromium and wrk (the browser tests, the serving benchmark's)": " and Chromium (the docs site's tests)",
     'demo = ["gradio>=6,<7"]  # demo.py: draw a digit in the browser\n': "",  # pyproject.toml: the demo's packages
-    "    \"playwright>=1.49\",  # drives Chromium (Debian's, apt-get install chromium) in the demo's tests\n": "",
     '    "gradio_client>=1.5",  # the demo\'s other client\n': "",
     ",serve,demo,loggers]": ",serve,loggers]",
+    "      - Performance: performance.md\n": "",  # mkdocs.yml: the benchmarks' page
+}
+TEMPLATE_NAMES = {  # in every project made
+    "      - Start your own project: generator.md\n": "",  # mkdocs.yml: a page copier.yml leaves out
+    "<!-- run by tests/test_generator.py -->": "<!-- not run: the template's tests write these files into a new project -->",
 }
 BLANK_TEXT = re.compile(r"(?s)<!-- blank: (.*?) -->")  # the README's words for a project without the example
 
@@ -236,7 +241,7 @@ def main() -> None:
     describe(root, args.project, args.package, args.description, args.author, args.email, example)
     for page in [root / name for name in files if name.startswith("docs/") and name.endswith(".md")]:
         page.write_text(own_text(page.read_text(), example))
-    names = {NAME: args.package, NAME.upper(): args.package.upper()} | ({} if example else BLANK_NAMES)
+    names = {NAME: args.package, NAME.upper(): args.package.upper()} | TEMPLATE_NAMES | ({} if example else BLANK_NAMES)
     rename(root, files, names)
 
 

@@ -1,5 +1,5 @@
 """The contract of your task: what the machinery relies on of the data module, network and LightningModule
-that conf/ composes by default (README: Make it yours). Run it first after replacing the example:
+that conf/ composes by default (README: Make it yours; docs/make-it-yours.md). Run it first after replacing the example:
 
     pytest tests/test_contract.py
 

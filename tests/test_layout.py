@@ -1,5 +1,5 @@
 """The package shows its seams: what a user replaces at the top, the machinery in subpackages whose
-imports point one way (README: Layout; each subpackage's ``__init__.py``). These checks guard the
+imports point one way (docs/layout.md; each subpackage's ``__init__.py``). These checks guard the
 machinery, never the user: any module a user adds at the top is accepted."""
 
 import ast

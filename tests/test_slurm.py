@@ -64,7 +64,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 
 
 def _sbatch(env: dict[str, str], out: Path, *overrides: str, options: tuple[str, ...] = ()) -> str:
-    """Submit slurm/train.sbatch from the project's folder (as the README says); return the job id."""
+    """Submit slurm/train.sbatch from the project's folder (as docs/distributed.md says); return the job id."""
     command = ["sbatch", "--parsable", "--cpus-per-task=1", f"--output={out}/slurm-%j.out", *options, SBATCH, *SUITE]
     submitted = subprocess.run(
         [*command, *overrides, f"paths.log_dir={out}"],
@@ -127,7 +127,7 @@ def uninterrupted(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactor
 
 
 def test_the_readme_shows_the_batch_script_the_tests_submit() -> None:
-    assert SBATCH.read_text() in (ROOT / "README.md").read_text()
+    assert SBATCH.read_text() in (ROOT / "docs" / "distributed.md").read_text()
 
 
 def test_sbatch_and_srun_run_one_ddp_run_in_one_folder(slurm: dict[str, str], uninterrupted: Path) -> None:

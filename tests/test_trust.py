@@ -1,4 +1,4 @@
-"""A checkpoint, an image, a run folder are data (README: Trust): none of them makes this project run
+"""A checkpoint, an image, a run folder are data (docs/reliability.md, Trust): none of them makes this project run
 code. Each payload below would create a marker file if it ran; every entry point refuses it in one
 line, and the marker never appears."""
 

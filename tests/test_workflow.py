@@ -58,6 +58,12 @@ def test_the_workflow_runs_the_readmes_commands() -> None:
     assert workflow["env"]["CI"] == "true"  # a skip fails there, as in this repository's CI (conftest)
 
 
+def test_the_docs_home_shows_the_readmes_set_up() -> None:
+    block = re.compile(r"(?ms)^```bash\n(pip install uv && uv run .*?)^```")
+    readme, home = (block.search((ROOT / path).read_text()) for path in ("README.md", "docs/index.md"))
+    assert readme and home and home[1] == readme[1]
+
+
 def test_the_scheduled_lock_upgrade_tests_the_lock_it_leaves() -> None:
     """Monday's job upgrades uv.lock, runs the fast tier on exactly that lock, and keeps it to commit."""
     lock = _load(WORKFLOW)["jobs"]["lock"]

@@ -34,7 +34,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     another's (``tasks._last_checkpoint``), and with the run's config (``config``: set by ``tasks``), so
     that eval, export and serving rebuild its network whatever LightningModule wrote it.
 
-    Read with ``weights_only=True`` and from local files only: a checkpoint is data (README: Trust).
+    Read with ``weights_only=True`` and from local files only: a checkpoint is data (docs/reliability.md, Trust).
     Lightning would load a URL, and fall back to full unpickling for a file that fails the check.
     """
 

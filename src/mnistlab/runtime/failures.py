@@ -98,7 +98,7 @@ class ReadableCheckpoint(Callback):
             return
         path = config.ckpt_path
         if "://" in path:
-            problem = ": checkpoints are read from local files only; download it first (README: Trust)"
+            problem = ": checkpoints are read from local files only; download it first (docs/reliability.md, Trust)"
         elif not Path(path).is_file():
             problem = ": no such file"
         elif Path(path).suffix != ".onnx" and (broken := broken_checkpoint(Path(path))):  # onnxruntime checks those

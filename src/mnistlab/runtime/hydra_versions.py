@@ -3,7 +3,7 @@ in one place: which code a config may run, and how a resolver is registered.
 
 Hydra 1.4 calls a config's ``_target_`` only if trusted code named its package (an execution whitelist;
 without one it warns, and Hydra 1.5 will refuse). ``conf/`` and the command line are trusted input here
-(README: Trust), so the whitelist is every package ``conf/`` names: add yours to ``TARGETS`` when a config
+(docs/reliability.md, Trust), so the whitelist is every package ``conf/`` names: add yours to ``TARGETS`` when a config
 of yours names a class of another library (``tests/test_config.py`` fails until it does). A checkpoint's
 config is held to a narrower list, conf/trust.yaml's (``trained/loading.py``), under either Hydra.
 """

@@ -18,7 +18,7 @@ afresh where they have none; the sweep then ends with the table of all its jobs.
 before keeps the ``.hydra/`` it started with (``hydra.output_subdir`` resolves to null for it:
 ``run_folder.saved_once``).
 
-A run folder is data too (README: Trust): its overrides are replayed only where they cannot name
+A run folder is data too (docs/reliability.md, Trust): its overrides are replayed only where they cannot name
 code to run (no ``_target_``, no interpolation, no Hydra setting but a launcher chosen from
 ``conf/``); the others are refused, said so in the log, and can be given again on the command line by
 whoever trusts them.

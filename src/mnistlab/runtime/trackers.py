@@ -2,7 +2,7 @@
 restarted torchrun, which run again in the same folder) logs into the same MLflow run and the same W&B
 run, whose ids the run folder keeps in ``trackers.json``. A new folder starts a new tracker run.
 
-The file is data (README: Trust): an id is read only if it looks like one, and is only ever an id.
+The file is data (docs/reliability.md, Trust): an id is read only if it looks like one, and is only ever an id.
 """
 
 import json

@@ -2,7 +2,7 @@
 and export use. The checkpoint carries the run's resolved config, so the network is rebuilt exactly
 as it was trained, whatever the overrides of that run were.
 
-A checkpoint is data (README: Trust): it is read with ``weights_only=True``, and its config may only
+A checkpoint is data (docs/reliability.md, Trust): it is read with ``weights_only=True``, and its config may only
 name classes of the trusted modules (this package and ``torch.nn``, or conf/trust.yaml's
 ``trusted_modules``), checked before anything is imported or built.
 Rebuilding the network from ``conf/`` instead would be as safe but would lose the run's overrides
@@ -106,7 +106,7 @@ def _refused(where: str, target: Any, base: type, modules: tuple[str, ...]) -> I
     return InputError(
         f"the checkpoint's {where} names _target_={target!r}, which is not a {base.__name__} class of "
         f"{' or '.join(m.rstrip('.') for m in modules)}: a checkpoint is data and may not choose code to run "
-        "(README: Trust)"
+        "(docs/reliability.md, Trust)"
     )
 
 

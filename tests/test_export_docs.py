@@ -1,4 +1,4 @@
-"""The README's lines that use an exported model with nothing of this project installed, run as written."""
+"""The lines of docs/export-serve.md that use an exported model with nothing of this project installed, run as written."""
 
 import re
 import site
@@ -20,9 +20,12 @@ from mnistlab.trained.exporting import SUFFIX, export
 import processes
 from conftest import DATA_DIR, ROOT
 
-# Each README block that starts "# model.<suffix>: <what it needs>"
+# Each block of docs/export-serve.md that starts "# model.<suffix>: <what it needs>"
 BLOCKS = {
-    m[1]: m[0] for m in re.findall(r"```python\n(# model(\.\w+).*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    m[1]: m[0]
+    for m in re.findall(
+        r"```python\n(# model(\.\w+).*?)```", (ROOT / "docs" / "export-serve.md").read_text(), re.DOTALL
+    )
 }
 
 
@@ -55,7 +58,7 @@ def test_the_readme_lines_classify_a_digit_with_the_exported_file_alone(format, 
     mean, std = loading.normalization(saved)
     with torch.inference_mode():
         predicted = int(loading.network(saved)(((image / 255 - mean) / std)[None, None]).argmax())
-    assert predicted == label  # a digit the network reads right: the README's lines must too
+    assert predicted == label  # a digit the network reads right: the page's lines must too
 
     used = _without_this_project(code, tmp_path)
     assert used.returncode == 0, used.stderr[-2000:]
