@@ -49,17 +49,28 @@ def train(cfg: DictConfig) -> dict[str, float]:
     folder_lock.hold(folder, "the run")  # a second start on this folder (resume=) is refused while it runs
     try:
         with hydra_versions.allowed():  # what conf/ may call, also where train(cfg) is called directly
-            return _fit_and_test(cfg)
+            # A missing or broken file: one line now, not a traceback from fit; read once, for every check.
+            given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
+            config_tree.show(cfg)
+            L.seed_everything(cfg.seed, workers=True)
+            datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
+            start_from = _before_fit(cfg, trainer, datamodule, given)
+            _fit(trainer, model, datamodule, start_from)
+            signals.release()  # trained and saved: testing stops at a signal, as any program
+            metrics = _floats(trainer.callback_metrics)
+            if cfg.get("test", True):
+                metrics |= _test(trainer, model, datamodule)
+            _finish(metrics, trainer, cfg)
+            return metrics
     finally:
         folder_lock.release(folder)
 
 
-def _fit_and_test(cfg: DictConfig) -> dict[str, float]:
-    # A missing or broken file: one line now, not a traceback from fit; read once, for every check below.
-    given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
-    config_tree.show(cfg)
-    L.seed_everything(cfg.seed, workers=True)
-    datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
+def _before_fit(
+    cfg: DictConfig, trainer: L.Trainer, datamodule: L.LightningDataModule, given: dict[str, Any] | None
+) -> str | None:
+    """What fit starts from (``ckpt_path``, or the run's own ``last.ckpt`` on a restart), once it has been
+    compared with this code and data; the run's overrides logged, a resume recorded."""
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
     # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
@@ -71,18 +82,17 @@ def _fit_and_test(cfg: DictConfig) -> dict[str, float]:
         run_record.warn_if_different(saved, start_from, run_record.data_files(datamodule))
     if cfg.get("resume") and trainer.is_global_zero and HydraConfig.initialized():
         log.info("Recorded this resume in %s", resume.record(cfg, HydraConfig.get().overrides.task))
+    return start_from
+
+
+def _fit(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule, start: str | None) -> None:
+    """``trainer.fit``, with a lost peer or a failed rendezvous said in one line with the way to resume."""
     try:
-        trainer.fit(model, datamodule=datamodule, ckpt_path=start_from)
+        trainer.fit(model, datamodule=datamodule, ckpt_path=start)
     except (DistNetworkError, DistStoreError) as err:
         raise launch.rendezvous_failure(err) from err
     except RuntimeError as err:  # DistBackendError among them: a rank that stopped answering
         raise launch.lost_peer(err, trainer) from err
-    signals.release()  # trained and saved: testing stops at a signal, as any program
-    metrics = _floats(trainer.callback_metrics)
-    if cfg.get("test", True):
-        metrics |= _test(trainer, model, datamodule)
-    _finish(metrics, trainer, cfg)
-    return metrics
 
 
 def _test(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, float]:

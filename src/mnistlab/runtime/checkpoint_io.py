@@ -11,12 +11,13 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
-from mnistlab.runtime import atomic, launch
-from mnistlab.runtime.checks import InputError, broken_checkpoint
+from mnistlab.runtime import atomic, checkpoint_checks, launch
+from mnistlab.runtime.checks import InputError
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
 # What to do when a checkpoint does not fit the configured model: it was trained with other settings.
 RETRAINED = "use the model settings it was trained with (its config is in the checkpoint, under 'config')"
+ONNX = "this takes a checkpoint of train.py (.ckpt); predict.py and serve.py take ONNX models too"
 CONFIG_KEY = "config"  # in every checkpoint of train.py: the run's resolved config, plain containers
 
 
@@ -85,21 +86,8 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ck
 def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> Any:
     """What ``torch.save`` wrote to a local file, as data (``weights_only``); one line for a remote,
     missing or broken file."""
-    if "://" in str(path):
-        raise InputError(
-            f"{what}={path}: checkpoints are read from local files only; download it first "
-            "(a checkpoint is data: see README, Trust)"
-        )
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{what}={path}: no such file")
-    if path.suffix == ".onnx":
-        raise InputError(
-            f"{what}={path} is an ONNX model: this takes a checkpoint of train.py (.ckpt); predict.py and serve.py "
-            "take ONNX models too"
-        )
-    if broken := broken_checkpoint(path):
-        raise InputError(f"{what}={path} is not a readable checkpoint (truncated, or not one): {broken}")
+    if problem := checkpoint_checks.unreadable(path, onnx=ONNX):
+        raise InputError(f"{what}={path}{problem}")
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file

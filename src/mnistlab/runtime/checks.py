@@ -1,6 +1,5 @@
 """Refusing bad user input early, with a message that says what to change."""
 
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -48,19 +47,3 @@ def check_devices(cfg: DictConfig) -> None:
             "the nccl backend (strategy=ddp_nccl) needs CUDA GPUs and this machine has none; "
             "use strategy=ddp (gloo on CPU) or strategy=ddp_gloo"
         )
-
-
-def broken_checkpoint(checkpoint: Path) -> str | None:
-    """Why ``checkpoint`` is not a whole torch checkpoint (a zip archive: a truncated one has no
-    directory at its end, a damaged one fails its members' CRCs), or None. Without importing torch."""
-    try:
-        with zipfile.ZipFile(checkpoint) as archive:
-            damaged = archive.testzip()
-            names = archive.namelist()
-    except (OSError, zipfile.BadZipFile) as err:
-        return f"{err}: cut short, or not a checkpoint"
-    if damaged is not None:
-        return f"{damaged} in it is damaged"
-    if not any(name.endswith("/data.pkl") for name in names):
-        return "it is a zip file but not a torch checkpoint"
-    return None

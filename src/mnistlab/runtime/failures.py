@@ -19,10 +19,10 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from mnistlab.runtime import atomic, run_folder
-from mnistlab.runtime.checks import InputError, broken_checkpoint
+from mnistlab.runtime.checks import InputError
 
 log = logging.getLogger(__name__)
 
@@ -87,25 +87,6 @@ class WritableOutput(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _check_writable(Path(config.hydra.sweep.dir))
-
-
-class ReadableCheckpoint(Callback):
-    """Before Hydra creates the run's folder: ``ckpt_path=`` missing, remote or cut short, in one line (the
-    checks eval.py and train.py make again with torch, which also refuse a file that runs code)."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if "ckpt_path" not in config or OmegaConf.is_missing(config, "ckpt_path") or not config.ckpt_path:
-            return
-        path = config.ckpt_path
-        if "://" in path:
-            problem = ": checkpoints are read from local files only; download it first (docs/reliability.md, Trust)"
-        elif not Path(path).is_file():
-            problem = ": no such file"
-        elif Path(path).suffix != ".onnx" and (broken := broken_checkpoint(Path(path))):  # onnxruntime checks those
-            problem = f" is not a readable checkpoint (truncated, or not one): {broken}"
-        else:
-            return
-        raise SystemExit(f"Error: ckpt_path={path}{problem}")
 
 
 def _check_writable(folder: Path) -> None:

@@ -1,8 +1,7 @@
 """What a test leaves to look at rather than read: the confusion matrix and a grid of misclassified test
-images (grey or RGB, any size) labelled with prediction and truth, in every configured logger (TensorBoard's IMAGES, MLflow's
-artifacts, W&B's media); in TensorBoard, the run's logged hyperparameters beside its final metrics in
-the HPARAMS view (the runs of a sweep side by side); optionally the confusion matrix as a PNG file
-(``eval.py`` writes one in its folder).
+images (grey or RGB, any size) labelled with prediction and truth, in every configured logger (TensorBoard's
+IMAGES, MLflow's artifacts, W&B's media); optionally the confusion matrix as a PNG file (``eval.py`` writes
+one in its folder).
 
 The confusion matrix is a torchmetrics metric: each rank counts its share, ``compute`` adds them up.
 The misclassified images are global rank 0's first ones: a sample to look at, not a statistic. What the
@@ -18,7 +17,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.logger import _convert_params, _flatten_dict, _sanitize_params
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from matplotlib.figure import Figure
@@ -38,7 +36,6 @@ class TestPictures(L.Callback):
         self._matrix: MulticlassConfusionMatrix | None = None  # made at the first batch: its logits say the classes
         self._skipped = False  # the module's test_step gives no logits: nothing to draw, said once
         self._wrong: list[tuple[torch.Tensor, int, int]] = []  # (image, predicted, true)
-        self._fit_metrics: dict[str, float] = {}
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._matrix is not None:
@@ -110,28 +107,6 @@ class TestPictures(L.Callback):
                     _send(logger, name, figure, trainer.global_step)
         if self.png_dir is not None:
             matrix.savefig(self.png_dir / "confusion_matrix.png", dpi=100, bbox_inches="tight")
-
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._fit_metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
-
-    @rank_zero_only
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The run's logged hyperparameters beside the names of its final metrics (fit's, which testing
-        clears, and the test's), for TensorBoard's HPARAMS view. Only the names: HPARAMS shows each
-        metric's last logged value, and logging the values again here (as ``log_hyperparams`` with
-        ``metrics`` does) would add a point at the test's step to every validation curve."""
-        names = {*self._fit_metrics, *trainer.callback_metrics}
-        for logger in trainer.loggers:
-            if isinstance(logger, TensorBoardLogger) and logger.hparams:
-                # Here, not at the top: 0.1 s of start-up (tensorboard's stub of TensorFlow) for every run
-                from torch.utils.tensorboard.summary import hparams
-
-                # Flattened and made plain as TensorBoardLogger.log_hyperparams does: model/optimizer/lr
-                params = _sanitize_params(_flatten_dict(_convert_params(logger.hparams)))
-                experiment, start, end = hparams(params, dict.fromkeys(sorted(names), 0.0))
-                writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
-                for summary in (experiment, start, end):
-                    writer.add_summary(summary)
 
 
 def _send(logger: Logger, name: str, figure: Figure, step: int) -> None:

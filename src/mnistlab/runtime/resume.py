@@ -37,7 +37,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime import folder_lock, hydra_versions
-from mnistlab.runtime.checks import InputError, broken_checkpoint
+from mnistlab.runtime.checkpoint_checks import broken_checkpoint
+from mnistlab.runtime.checks import InputError
 from mnistlab.runtime.run_folder import FAILURE_FILE, METRICS_FILE, SWEEP_FILE
 
 KEY = "resume"
