@@ -1,7 +1,7 @@
 """The test suite's own small task: the machinery's tests train this, never the example, so that they
 pass whatever a user does to ``network.py``, ``module.py``, ``data.py``, ``conf/data/`` and ``conf/model/``.
 
-Selected by config (``tests/conf/``, on Hydra's search path in the tests: ``conftest.SUITE``): each class
+Selected by config (``tests/conf/``, on Hydra's search path in the tests: ``composing.SUITE``): each class
 is what a user might write, with keys of its own. Small RGB images of a few classes, each class a fixed
 random pattern under noise, so that metrics move as on real data and a few steps already learn.
 """

@@ -9,7 +9,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from mnistlab.runtime import batch_hooks
 from mnistlab.tasks import train
 
-from conftest import SHORT, compose_config
+from composing import SHORT, compose_config
 
 CALLS: Counter[str] = Counter()
 

@@ -13,7 +13,7 @@ from mnistlab.runtime.run_folder import FIGURE_FILE
 from mnistlab.sweeps import comparison
 from mnistlab.sweeps.jobs import read_jobs, varied
 
-from conftest import run_script
+from running import run_script
 
 TWO_EPOCHS = [
     "trainer.max_epochs=2",

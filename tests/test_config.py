@@ -12,7 +12,8 @@ from mnistlab.runtime import checks, ddp, schema
 from mnistlab.runtime.checks import InputError, check_devices
 from mnistlab.tasks import train
 
-from conftest import OWN, ROOT, SUITE, SUITE_DATA, compose_config, run_script
+from composing import OWN, ROOT, SUITE, SUITE_DATA, compose_config
+from running import run_script
 
 CONF = ROOT / "conf"
 USERS = {"data", "model", "model/scheduler", "experiment"}  # the user's groups: composed with the user's other defaults

@@ -26,7 +26,7 @@ from mnistlab.runtime.checkpoint_io import load_checkpoint
 from mnistlab.tasks import evaluate, train
 
 import processes
-from conftest import OWN, SHORT, compose_config
+from composing import OWN, SHORT, compose_config
 from fixed_batch import Repeated
 
 STEPS = 100  # optimizer steps on one fixed batch

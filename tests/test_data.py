@@ -17,12 +17,13 @@ from mnistlab.runtime.batches import PAD_LABEL
 from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import train
 
-import conftest
-from conftest import DATA_DIR, OWN, ROOT, SHORT
+import composing
+import running
+from composing import DATA_DIR, OWN, ROOT, SHORT
 
 # The example's own tests: they train what conf/ composes by default (the suite's task is the machinery's).
-compose_config = functools.partial(conftest.compose_config, task=OWN)
-run_script = functools.partial(conftest.run_script, task=OWN)
+compose_config = functools.partial(composing.compose_config, task=OWN)
+run_script = functools.partial(running.run_script, task=OWN)
 
 
 @pytest.fixture(scope="module")

@@ -12,18 +12,8 @@ import pytest
 from mnistlab.runtime import hydra_versions
 
 import processes
-from conftest import (
-    EQUIVALENCE,
-    ROOT,
-    SHORT,
-    SUITE,
-    SUITE_DATA,
-    assert_one_run,
-    assert_trained_as_one_process,
-    free_port,
-    one_run,
-    run_script,
-)
+from composing import EQUIVALENCE, ROOT, SHORT, SUITE, SUITE_DATA
+from running import assert_one_run, assert_trained_as_one_process, free_port, one_run, run_script
 
 pytestmark = pytest.mark.slow
 

@@ -19,12 +19,15 @@ from mnistlab.runtime import hydra_versions
 from mnistlab.trained import classifier, digits
 from mnistlab.trained.demo import page, reader
 
-import conftest
-from conftest import DATA_DIR, MARKER, OWN, ROOT, serving
+import composing
+import running
+from composing import DATA_DIR, OWN, ROOT
+from payloads import MARKER
+from running import serving
 
 # The example's own tests: they train what conf/ composes by default (the suite's task is the machinery's).
-compose_config = functools.partial(conftest.compose_config, task=OWN)
-run_script = functools.partial(conftest.run_script, task=OWN)
+compose_config = functools.partial(composing.compose_config, task=OWN)
+run_script = functools.partial(running.run_script, task=OWN)
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (.ci/run installs it)
 SIDE = 280  # conf/demo.yaml's canvas

@@ -6,7 +6,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
-from conftest import ROOT
+from composing import ROOT
 
 # (package, version, advisory): releases that must never install.
 KNOWN_BAD = [

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from conftest import ROOT
+from composing import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMANDS = {"bash", "sh", "shell", "console", "python"}  # a block in one of these is something to run

@@ -15,7 +15,7 @@ from mnistlab.trained import classifier, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
 import processes
-from conftest import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED
+from composing import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED
 
 # Loads the exported file and classifies 100 test inputs saved as a NumPy array, with Lightning and this
 # package made unimportable: what a user of the exported model has.

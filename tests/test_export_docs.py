@@ -18,7 +18,7 @@ from mnistlab.trained import loading
 from mnistlab.trained.exporting import SUFFIX, export
 
 import processes
-from conftest import DATA_DIR, ROOT
+from composing import DATA_DIR, ROOT
 
 # Each block of docs/export-serve.md that starts "# model.<suffix>: <what it needs>"
 BLOCKS = {

@@ -16,7 +16,8 @@ from mnistlab.runtime.checks import InputError
 from mnistlab.runtime.run_folder import LOCK_FILE
 
 import processes
-from conftest import SHORT, run_script
+from composing import SHORT
+from running import run_script
 
 
 def test_a_held_folder_is_refused_naming_its_holder_and_free_once_released(tmp_path: Path) -> None:

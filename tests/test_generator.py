@@ -17,7 +17,7 @@ import tomllib
 import yaml
 
 import processes
-from conftest import ROOT
+from composing import ROOT
 
 pytestmark = pytest.mark.slow  # copier, git and the rendered project run as processes
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import EQUIVALENCE, SHORT, SUITE_DATA, assert_same_training, last_checkpoint, run_script
+from composing import EQUIVALENCE, SHORT, SUITE_DATA
+from running import assert_same_training, last_checkpoint, run_script
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import yaml
 from mnistlab.runtime import hydra_versions
 from mnistlab.tasks import train
 
-from conftest import ROOT, SUITE_MODULES, compose_config
+from composing import ROOT, SUITE_MODULES, compose_config
 
 
 def _targets(node: object) -> list[str]:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from mnistlab.runtime import hyperparameters
 
-from conftest import compose_config
+from composing import compose_config
 
 # A group's option with keys of the same group, in either order: the most common command line of a user who
 # has just added a config of their own (data=<theirs> data.<key>=...).

@@ -17,7 +17,8 @@ from mnistlab.runtime.checks import InputError
 from mnistlab.tasks import train
 
 import processes
-from conftest import SUITE, compose_config, run_script
+from composing import SUITE, compose_config
+from running import run_script
 
 ONE_SHORT_EPOCH = ["trainer.max_epochs=1", "trainer.limit_train_batches=4", "trainer.limit_val_batches=2"]
 ONE_SHORT_EPOCH += ["trainer.limit_test_batches=2", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu"]

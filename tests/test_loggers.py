@@ -16,7 +16,8 @@ import yaml
 from mnistlab.tasks import train
 
 import processes
-from conftest import SHORT, SUITE, compose_config, free_port, run_script
+from composing import SHORT, SUITE, compose_config
+from running import free_port, run_script
 
 pytestmark = pytest.mark.slow  # trains, and writes to each logger's store
 

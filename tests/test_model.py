@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from mnistlab.network import SimpleNN
 from mnistlab.runtime.batches import PAD_LABEL
 
-from conftest import OWN, SHORT, compose_config
+from composing import OWN, SHORT, compose_config
 
 
 @pytest.fixture

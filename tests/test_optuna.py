@@ -25,7 +25,8 @@ from hydra_plugins.mnistlab_optuna import search_space
 from hydra_plugins.mnistlab_optuna.optuna_sweeper import _grid
 
 import processes
-from conftest import ROOT, SHORT, compose_config, free_port, run_script
+from composing import ROOT, SHORT, compose_config
+from running import free_port, run_script
 
 
 def test_the_search_space_is_read_from_hydras_sweep_syntax() -> None:

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from mnistlab.runtime import atomic, hydra_versions
 from mnistlab.trained.exporting import export
 
-from conftest import SHORT, TRUST_SUITE, compose_config
+from composing import SHORT, TRUST_SUITE, compose_config
 from processes import ROOT
 
 

@@ -10,7 +10,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from mnistlab.runtime import pictures
 from mnistlab.tasks import evaluate, train
 
-from conftest import SHORT, compose_config
+from composing import SHORT, compose_config
 
 
 def _events(folder: Path) -> EventAccumulator:

@@ -18,7 +18,9 @@ from mnistlab.trained import loading
 from mnistlab.trained.prediction import predict
 
 import onnx_models
-from conftest import DATA_DIR, MARKER, ROOT, run_script
+from composing import DATA_DIR, ROOT
+from payloads import MARKER
+from running import run_script
 
 IMAGES = 64
 

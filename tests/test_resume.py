@@ -18,19 +18,16 @@ from mnistlab.runtime.run_folder import RUN_ID, SWEEP_FILE
 from mnistlab.tasks import train
 
 import processes
-from conftest import (
-    DETERMINISTIC,
-    SUITE,
-    SUITE_DATA,
+from composing import DETERMINISTIC, SUITE, SUITE_DATA, compose_config
+from running import (
     assert_same_training,
     assert_same_weights,
     assert_trained_as_one_process,
-    compose_config,
     one_run,
     run_script,
     train_like_one_process,
 )
-from conftest import last_checkpoint as _last
+from running import last_checkpoint as _last
 
 # model.net.hidden: an override the resumed run must take from the run's folder (the checkpoint
 # would not load into the default width).

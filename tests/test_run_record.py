@@ -14,7 +14,7 @@ from hydra.utils import instantiate
 from mnistlab.runtime import provenance, run_record
 from mnistlab.runtime.checkpoint_io import load_checkpoint
 
-from conftest import SHORT, compose_config
+from composing import SHORT, compose_config
 
 
 @pytest.fixture

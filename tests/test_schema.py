@@ -9,7 +9,8 @@ from mnistlab.runtime import schema
 from mnistlab.runtime.checks import InputError
 
 import processes
-from conftest import compose_config, run_script
+from composing import compose_config
+from running import run_script
 
 REFUSED = [
     (["trainer.max_epochs=abc"], "trainer.max_epochs=abc: should be a valid integer"),

@@ -25,7 +25,8 @@ from mnistlab.trained import classifier, http_api, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
 import onnx_models
-from conftest import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED, serving
+from composing import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED
+from running import serving
 
 COUNT = 48  # test inputs classified by each server
 

@@ -13,7 +13,8 @@ from torchvision.datasets import MNIST
 from mnistlab.trained import classifier, digits
 
 import onnx_models
-from conftest import DATA_DIR, run_script, serving
+from composing import DATA_DIR
+from running import run_script, serving
 
 
 def _png(pixels: np.ndarray, scale: int, dark_on_light: bool) -> bytes:

@@ -24,8 +24,9 @@ import torch
 from omegaconf import OmegaConf
 
 import processes
-from conftest import DETERMINISTIC, ROOT, SUITE, SUITE_DATA, assert_same_weights, free_port
-from conftest import last_checkpoint as _last
+from composing import DETERMINISTIC, ROOT, SUITE, SUITE_DATA
+from running import assert_same_weights, free_port
+from running import last_checkpoint as _last
 
 pytestmark = pytest.mark.slow
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"

@@ -12,16 +12,9 @@ from mnistlab.runtime.failures import RunStopped
 from mnistlab.tasks import train
 
 import processes
-from conftest import (
-    DETERMINISTIC,
-    EQUIVALENCE,
-    assert_same_training,
-    assert_trained_as_one_process,
-    compose_config,
-    one_run,
-    run_script,
-)
-from conftest import last_checkpoint as _last
+from composing import DETERMINISTIC, EQUIVALENCE, compose_config
+from running import assert_same_training, assert_trained_as_one_process, one_run, run_script
+from running import last_checkpoint as _last
 
 # last.ckpt every 10 steps; the loss checked every 25.
 RUN = [

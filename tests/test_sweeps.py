@@ -18,7 +18,8 @@ from mnistlab.runtime import hydra_versions
 from mnistlab.sweeps import gpu_slots
 from mnistlab.sweeps.summary import SweepSummary
 
-from conftest import ROOT, SHORT, SUITE_DATA, run_script
+from composing import ROOT, SHORT, SUITE_DATA
+from running import run_script
 
 pytestmark = pytest.mark.slow
 

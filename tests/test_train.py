@@ -13,7 +13,8 @@ from mnistlab.tasks import evaluate, train
 from mnistlab.trained import loading
 
 import onnx_models
-from conftest import SHORT, SUITE_DATA, TRUSTED, compose_config, run_script
+from composing import SHORT, SUITE_DATA, TRUSTED, compose_config
+from running import run_script
 
 
 def _best_checkpoint(out: Path) -> Path:

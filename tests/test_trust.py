@@ -13,7 +13,9 @@ from mnistlab.runtime import resume
 from mnistlab.runtime.checks import InputError
 from mnistlab.trained import loading
 
-from conftest import MARKER, SHORT, TRUSTED, config_payloads, run_script
+from composing import SHORT, TRUSTED
+from payloads import MARKER, config_payloads
+from running import run_script
 
 
 def test_no_config_payload_builds_a_network(trained_checkpoint: Path, tmp_path: Path) -> None:

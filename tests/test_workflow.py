@@ -12,7 +12,7 @@ import check_jsonschema.builtin_schemas.vendor as vendored
 from jsonschema.validators import validator_for
 from ruamel.yaml import YAML
 
-from conftest import ROOT
+from composing import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "tests.yml"
 

@@ -1,0 +1,72 @@
+"""What the tests compose and train: the real ``conf/``, the suite's own task or conf/'s, small override
+lists, temporary output folders."""
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from mnistlab.runtime import hydra_versions
+from mnistlab.trained import loading
+
+import processes
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("PROJECT_ROOT", str(ROOT))
+# Data files come from $DATA_DIR (CI points it at a prepared copy); without it, from the project's
+# data/, where a data module downloads what it needs on first use.
+DATA_DIR = os.environ.setdefault("DATA_DIR", str(ROOT / "data"))
+
+SUITE = processes.SUITE  # what the machinery's tests train: the suite's own task (tests/suite_task.py)
+SUITE_DATA = yaml.safe_load((ROOT / "tests" / "conf" / "data" / "suite.yaml").read_text())  # its sizes, by name
+# What the example's own tests and the contract test train: whatever conf/ composes by default.
+OWN: list[str] = []
+# The modules a checkpoint of the suite's task names (conf/trust.yaml's, and the suite's own).
+TRUSTED = (*loading.TRUSTED, "suite_task")
+TRUST_SUITE = f"trusted_modules=[{','.join(TRUSTED)}]"
+SUITE_MODULES = ["suite_task.*", "faults.*", "test_batch_hooks.*"]  # the suite's own classes that configs name
+
+
+# A few batches of everything: enough to exercise every hook on real data.
+SHORT = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=20",
+    "trainer.limit_val_batches=5",
+    "trainer.limit_test_batches=5",
+]
+
+# 3 epochs of 30 steps, deterministic: runs that were stopped and resumed can be compared exactly.
+DETERMINISTIC = [
+    "trainer.max_epochs=3",
+    "trainer.limit_train_batches=30",
+    "trainer.limit_val_batches=3",
+    "trainer.limit_test_batches=3",
+    "trainer.deterministic=true",
+]
+
+
+# Runs from the same seed over the same 2 epochs of 20 global batches (the second epoch reshuffled): one
+# process, and 2 or 4 ranks however they are started, stopped and resumed, must end with the same weights.
+EQUIVALENCE = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=20",
+    "trainer.limit_test_batches=2",
+    "trainer.accelerator=cpu",
+]  # and all validation samples: each validated once, on any number of ranks
+
+
+def compose_config(
+    name: str, out: Path, overrides: Sequence[str] = (), hydra: bool = False, task: Sequence[str] = SUITE
+) -> DictConfig:
+    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``, training
+    ``task`` (the suite's, or ``OWN``: conf/'s default); with ``hydra``, Hydra's own config too (``cfg.hydra``:
+    the sweeper, the launcher)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
+        return compose(
+            config_name=name,
+            overrides=[*task, f"paths.log_dir={out}", f"paths.output_dir={out}", "trainer.accelerator=cpu", *overrides],
+            return_hydra_config=hydra,
+        )
