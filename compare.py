@@ -8,7 +8,7 @@ summary.csv. The folders are data (docs/reliability.md, Trust): read as plain fi
 import argparse
 from pathlib import Path
 
-from mnistlab.runtime import failures
+from mnistlab.runtime.reporting import failures
 
 
 def main() -> None:

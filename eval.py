@@ -7,7 +7,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import checks, failures, hydra_versions, launch, schema
+from mnistlab.runtime.config import checks, hydra_versions, schema
+from mnistlab.runtime.distributed import launch
+from mnistlab.runtime.reporting import failures
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs

@@ -6,7 +6,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import failures, hydra_versions, schema
+from mnistlab.runtime.config import hydra_versions, schema
+from mnistlab.runtime.reporting import failures
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 

@@ -6,7 +6,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import failures, hydra_versions, schema
+from mnistlab.runtime.config import hydra_versions, schema
+from mnistlab.runtime.reporting import failures
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
@@ -15,7 +16,7 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 def main(cfg: DictConfig) -> None:
     with failures.reported():
         schema.check(cfg, schema.ServeConfig)  # before torch loads
-        from mnistlab.trained.serving import serve
+        from mnistlab.trained.serving.server import serve
 
         serve(cfg)
 

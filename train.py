@@ -7,7 +7,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime import checks, failures, hydra_versions, launch, resume, schema, signals
+from mnistlab.runtime.checkpointing import resume
+from mnistlab.runtime.config import checks, hydra_versions, schema
+from mnistlab.runtime.distributed import launch
+from mnistlab.runtime.reporting import failures
+from mnistlab.runtime.training import signals
 from mnistlab.sweeps import gpu_slots
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))

@@ -9,7 +9,7 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 from mnistlab.trained import loading
 
 import processes

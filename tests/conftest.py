@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import DictConfig
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 
 import processes
 from composing import OWN, SHORT, SUITE, SUITE_MODULES, compose_config

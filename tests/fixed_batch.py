@@ -22,7 +22,7 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 
 ROOT = Path(__file__).resolve().parents[1]
 

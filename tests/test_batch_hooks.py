@@ -6,7 +6,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 
-from mnistlab.runtime import batch_hooks
+from mnistlab.runtime.training import batch_hooks
 from mnistlab.tasks import train
 
 from composing import SHORT, compose_config

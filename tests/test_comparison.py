@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import FIGURE_FILE
+from mnistlab.runtime.checkpointing.run_folder import FIGURE_FILE
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.sweeps import comparison
 from mnistlab.sweeps.jobs import read_jobs, varied
 

@@ -8,8 +8,9 @@ from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
 from omegaconf import OmegaConf
 
-from mnistlab.runtime import checks, ddp, schema
-from mnistlab.runtime.checks import InputError, check_devices
+from mnistlab.runtime.config import checks, schema
+from mnistlab.runtime.config.checks import InputError, check_devices
+from mnistlab.runtime.distributed import ddp
 from mnistlab.tasks import train
 
 from composing import OWN, ROOT, SUITE, SUITE_DATA, compose_config
@@ -84,7 +85,7 @@ def test_strategy_builds_the_intended_trainer(option, overrides, cls, backend, s
 @pytest.mark.parametrize("option,ends", [("ddp_spawn", True), ("ddp_notebook", True), ("ddp", False)])
 def test_ranks_the_strategy_started_end_their_process_group(option: str, ends: bool, tmp_path: Path) -> None:
     """A spawned or forked rank lives for one fit or test: left to interpreter exit, gloo can abort it
-    (runtime/ddp.py). A rank re-run from the script keeps its group for the test that follows fit."""
+    (runtime/distributed/ddp.py). A rank re-run from the script keeps its group for the test that follows fit."""
     cfg = compose_config("train", tmp_path, [f"strategy={option}", "trainer.devices=1"])
     strategy = instantiate(cfg.trainer).strategy
     torch.distributed.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)

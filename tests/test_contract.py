@@ -22,7 +22,7 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from omegaconf import DictConfig
 from torch import Tensor
 
-from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.tasks import evaluate, train
 
 import processes
@@ -185,7 +185,7 @@ def test_the_training_loader_keeps_up_with_training(tmp_path: Path, capsys) -> N
     if share >= 0.5:
         warnings.warn(
             f"{line}: the loader is the bottleneck; try num_workers>0 with persistent_workers=True, pin_memory=True "
-            "on a GPU, or hold the data in memory (runtime/batches.py: InMemoryDataModule)",
+            "on a GPU, or hold the data in memory (runtime/distributed/batches.py: InMemoryDataModule)",
             stacklevel=1,
         )
     assert count == 50 or count == len(data.train_dataloader())

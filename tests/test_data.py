@@ -12,9 +12,9 @@ import torch
 from hydra.utils import instantiate
 
 from mnistlab.data import FILES, MNISTDataModule
-from mnistlab.runtime import schema
-from mnistlab.runtime.batches import PAD_LABEL
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.config import schema
+from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.distributed.batches import PAD_LABEL
 from mnistlab.tasks import train
 
 import composing

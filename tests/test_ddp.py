@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 
 import processes
 from composing import EQUIVALENCE, ROOT, SHORT, SUITE, SUITE_DATA

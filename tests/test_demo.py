@@ -15,7 +15,7 @@ from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from torchvision.datasets import MNIST
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 from mnistlab.trained import classifier, digits
 from mnistlab.trained.demo import page, reader
 

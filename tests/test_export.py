@@ -9,8 +9,9 @@ import safetensors.torch
 import torch
 from hydra import compose, initialize_config_dir
 
-from mnistlab.runtime import hydra_versions, provenance
-from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.reporting import provenance
 from mnistlab.trained import classifier, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 

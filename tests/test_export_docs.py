@@ -12,8 +12,8 @@ import torchvision
 from hydra import compose, initialize_config_dir
 from PIL import Image
 
-from mnistlab.runtime import hydra_versions
-from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.config import hydra_versions
 from mnistlab.trained import loading
 from mnistlab.trained.exporting import SUFFIX, export
 

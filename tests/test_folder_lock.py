@@ -1,5 +1,5 @@
 """A run or sweep folder takes one process at a time: a second start on it is refused in one line naming
-the holder, and the first goes on to the end (runtime/folder_lock.py)."""
+the holder, and the first goes on to the end (runtime/checkpointing/folder_lock.py)."""
 
 import fcntl
 import json
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mnistlab.runtime import folder_lock
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import LOCK_FILE
+from mnistlab.runtime.checkpointing import folder_lock
+from mnistlab.runtime.checkpointing.run_folder import LOCK_FILE
+from mnistlab.runtime.config.checks import InputError
 
 import processes
 from composing import SHORT

@@ -263,7 +263,7 @@ def test_update_touches_only_the_files_the_template_renders(template: Path, tmp_
     note = project / "NOTES.md"
     note.write_text("Derived from the MNISTLAB template (mnistlab).\n")
     own_module = project / "src" / "retina_lab" / "ported.py"
-    own_module.write_text('"""Ported from mnistlab.runtime.launch."""\n')
+    own_module.write_text('"""Ported from mnistlab.runtime.distributed.launch."""\n')
     _commit(project, "my notes")
     pip = project / ".venv" / "bin" / "pip"
     pip.parent.mkdir(parents=True)
@@ -355,8 +355,10 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
         ["__init__.py", "data.py", "module.py", "my_callbacks.py", "network.py", "runtime", "sweeps", "tasks.py",
          "trained"]
     )  # fmt: skip
-    assert (package / "runtime" / "launch.py").is_file() and (package / "trained" / "loading.py").is_file()
-    assert "_target_: retina_lab.runtime.profiler.NoProfiler" in trainer.read_text()
+    assert (package / "runtime" / "distributed" / "launch.py").is_file() and (
+        package / "trained" / "loading.py"
+    ).is_file()
+    assert "_target_: retina_lab.runtime.reporting.profiler.NoProfiler" in trainer.read_text()
     assert "log_every_n_steps: 20 " in trainer.read_text()
     assert _traces(project) == [] and not list(project.rglob("*.rej"))
     grep = ["git", "grep", "-l", "<<<<<<<"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 from mnistlab.tasks import train
 
 from composing import ROOT, SUITE_MODULES, compose_config

@@ -1,4 +1,4 @@
-"""The hyperparameters a run's loggers record (runtime/hyperparameters.py): the config's list and every key
+"""The hyperparameters a run's loggers record (runtime/reporting/hyperparameters.py): the config's list and every key
 given on the command line, a group's option beside keys of that group, into every logger."""
 
 from pathlib import Path
@@ -11,7 +11,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from mnistlab.runtime import hyperparameters
+from mnistlab.runtime.reporting import hyperparameters
 
 from composing import compose_config
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from mnistlab.runtime import run_folder
-from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing import run_folder
+from mnistlab.runtime.checkpointing.checkpoint_io import AtomicCheckpointIO
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.tasks import train
 
 import processes

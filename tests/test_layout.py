@@ -38,7 +38,24 @@ def test_a_subpackage_imports_only_what_its_docstring_allows(subpackage: str) ->
     folder = PACKAGE / subpackage
     assert ast.get_docstring(ast.parse((folder / "__init__.py").read_text())), "say what it holds and may import"
     allowed = {subpackage} | MAY_IMPORT[subpackage]
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted(folder.rglob("*.py")):
         for name in _imports(path):
             part = name.split(".")[1] if "." in name else ""
             assert part in allowed, f"{path.relative_to(PACKAGE)} imports {name}; {subpackage}/ may import {allowed}"
+
+
+def test_no_folder_of_the_machinery_holds_more_than_ten_modules() -> None:
+    """A folder's name tells its concern: past ten modules it holds several (runtime/ is grouped by them)."""
+    folders = {path.parent for sub in MAY_IMPORT for path in (PACKAGE / sub).rglob("*.py")}
+    crowded = {f.relative_to(PACKAGE).as_posix(): n for f in folders if (n := len(list(f.glob("*.py"))) - 1) > 10}
+    assert crowded == {}  # modules besides __init__.py
+
+
+def test_no_two_classes_of_the_package_share_a_name() -> None:
+    seen: dict[str, str] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.col_offset == 0:
+                where = path.relative_to(PACKAGE).as_posix()
+                assert node.name not in seen, f"class {node.name} in {where} and in {seen[node.name]}"
+                seen[node.name] = where

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistlab.network import SimpleNN
-from mnistlab.runtime.batches import PAD_LABEL
+from mnistlab.runtime.distributed.batches import PAD_LABEL
 
 from composing import OWN, SHORT, compose_config
 

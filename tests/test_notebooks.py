@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mnistlab.runtime.console import DropNoise
+from mnistlab.runtime.reporting.console import DropNoise
 
 import processes
 

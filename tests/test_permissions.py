@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mnistlab.runtime import atomic, hydra_versions
+from mnistlab.runtime.checkpointing import atomic
+from mnistlab.runtime.config import hydra_versions
 from mnistlab.trained.exporting import export
 
 from composing import SHORT, TRUST_SUITE, compose_config

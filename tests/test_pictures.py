@@ -7,7 +7,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from mnistlab.runtime import pictures
+from mnistlab.runtime.reporting import pictures
 from mnistlab.tasks import evaluate, train
 
 from composing import SHORT, compose_config

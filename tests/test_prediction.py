@@ -11,9 +11,9 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from mnistlab.data import normalize
-from mnistlab.runtime import hydra_versions
-from mnistlab.runtime.checkpoint_io import load_checkpoint
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.trained import loading
 from mnistlab.trained.prediction import predict
 

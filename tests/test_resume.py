@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistlab.runtime import folder_lock, resume
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import RUN_ID, SWEEP_FILE
+from mnistlab.runtime.checkpointing import folder_lock, resume
+from mnistlab.runtime.checkpointing.run_folder import RUN_ID, SWEEP_FILE
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.tasks import train
 
 import processes
@@ -197,7 +197,7 @@ def test_each_resume_is_recorded_beside_the_launch(tmp_path: Path) -> None:
 
 def test_a_resumed_cosine_schedule_follows_the_new_number_of_epochs(tmp_path: Path) -> None:
     """1 epoch, resumed to 2: the rate at epoch 1 is what a 2-epoch plan has there (half the initial rate),
-    not the 1-epoch plan's minimum followed by a rise (runtime/schedule_horizon.py)."""
+    not the 1-epoch plan's minimum followed by a rise (runtime/training/schedule_horizon.py)."""
     short = [
         *RUN,
         "logger=csv",
@@ -269,7 +269,9 @@ def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, cap
     assert "Restored all states" not in caplog.text
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
     (best,) = [state["best"] for name, state in saved.items() if name.startswith("BestMetric")]
-    assert best == pytest.approx(first["val/acc_best"])  # the best so far travels along (runtime/best_metric.py)
+    assert best == pytest.approx(
+        first["val/acc_best"]
+    )  # the best so far travels along (runtime/training/best_metric.py)
     second = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
     assert f"Restored all states from the checkpoint at {tmp_path / 'checkpoints' / 'last.ckpt'}" in caplog.text
     last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from mnistlab.runtime import provenance, run_record
-from mnistlab.runtime.checkpoint_io import load_checkpoint
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.reporting import provenance, run_record
 
 from composing import SHORT, compose_config
 

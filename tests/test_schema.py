@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from mnistlab.runtime import schema
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.config import schema
+from mnistlab.runtime.config.checks import InputError
 
 import processes
 from composing import compose_config

@@ -18,11 +18,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from mnistlab.runtime import hydra_versions
-from mnistlab.runtime.checkpoint_io import load_checkpoint
-from mnistlab.runtime.checks import InputError
-from mnistlab.trained import classifier, http_api, loading, model_card
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
+from mnistlab.trained import classifier, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
+from mnistlab.trained.serving import http_api
 
 import onnx_models
 from composing import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistlab.runtime.failures import RunStopped
+from mnistlab.runtime.reporting.failures import RunStopped
 from mnistlab.tasks import train
 
 import processes

@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 from mnistlab.sweeps import gpu_slots
 from mnistlab.sweeps.summary import SweepSummary
 
@@ -304,6 +304,6 @@ def test_a_killed_sweep_resumed_finishes_its_jobs_and_leaves_the_finished_one_un
 
 
 def _load(path: Path) -> dict[str, Any]:
-    from mnistlab.runtime.checkpoint_io import load_checkpoint
+    from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 
     return load_checkpoint(path)

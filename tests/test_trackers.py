@@ -8,9 +8,9 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from mnistlab.runtime import trackers
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import TRACKERS_FILE
+from mnistlab.runtime.checkpointing.run_folder import TRACKERS_FILE
+from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.reporting import trackers
 
 
 @pytest.mark.parametrize("damage", [b'{"mlflow": "2f4e', b"[]", b"", bytes(range(256))])

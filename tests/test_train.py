@@ -7,8 +7,8 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO, load_checkpoint
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing.checkpoint_io import AtomicCheckpointIO, load_checkpoint
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.tasks import evaluate, train
 from mnistlab.trained import loading
 
@@ -167,7 +167,7 @@ def test_training_writes_checkpoints_through_the_atomic_writer(train_cfg) -> Non
 def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Path) -> None:
     from lightning.pytorch.profilers import SimpleProfiler
 
-    from mnistlab.runtime.profiler import NoProfiler
+    from mnistlab.runtime.reporting.profiler import NoProfiler
 
     default = instantiate(compose_config("train", tmp_path, SHORT).trainer)
     assert isinstance(default.profiler, NoProfiler)

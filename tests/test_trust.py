@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mnistlab.runtime import resume
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing import resume
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.trained import loading
 
 from composing import SHORT, TRUSTED
@@ -107,7 +107,7 @@ def test_resume_replays_no_override_that_could_run_code(tmp_path: Path) -> None:
 
 def test_lightnings_own_loading_reads_checkpoints_as_data(pickle_checkpoint: Path, tmp_path: Path) -> None:
     """fit(ckpt_path=...), test(ckpt_path=...) and resuming all load through trainer.plugins' reader."""
-    from mnistlab.runtime.checkpoint_io import AtomicCheckpointIO
+    from mnistlab.runtime.checkpointing.checkpoint_io import AtomicCheckpointIO
 
     reader = AtomicCheckpointIO()
     with pytest.raises(InputError, match="is not a readable checkpoint"):

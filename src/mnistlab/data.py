@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mnistlab.runtime.batches import InMemoryDataModule
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.distributed.batches import InMemoryDataModule
 
 # The four files of torchvision's layout (<data_dir>/<data set>/raw/), the same for every data set in
 # MNIST's format. Each is an IDX file: a magic number (0x0000080<dimensions>: unsigned bytes), the size of
@@ -77,7 +77,7 @@ class MNISTDataModule(InMemoryDataModule):
         )
 
     def data_files(self) -> list[Path]:
-        """The files this data module reads (their checksums go into each run's record: runtime/run_record.py)."""
+        """The files this data module reads (their checksums go into each run's record: runtime/reporting/run_record.py)."""
         return [self.raw_dir / name for name in FILES]
 
     def prepare_data(self) -> None:

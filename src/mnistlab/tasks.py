@@ -17,23 +17,14 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime import (
-    atomic,
-    batch_hooks,
-    config_tree,
-    console,
-    folder_lock,
-    hydra_versions,
-    hyperparameters,
-    launch,
-    resume,
-    run_folder,
-    run_record,
-    signals,
-)
-from mnistlab.runtime.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
-from mnistlab.runtime.checks import InputError, check_devices
-from mnistlab.runtime.stopping import SafeStop
+from mnistlab.runtime.checkpointing import atomic, folder_lock, resume, run_folder
+from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError, check_devices
+from mnistlab.runtime.distributed import launch
+from mnistlab.runtime.reporting import config_tree, console, hyperparameters, run_record
+from mnistlab.runtime.training import batch_hooks, signals
+from mnistlab.runtime.training.stopping import SafeStop
 
 log = logging.getLogger(__name__)
 console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydra configured logging

@@ -4,7 +4,7 @@ log file per rank.
 Each sweep job is a SLURM job of ``trainer.num_nodes x trainer.devices`` tasks, and every task runs
 Hydra's job set-up: left alone, all of a job's ranks save its config and append to its train.log.
 Here a task other than rank 0 saves no config and logs to ``<job name>_ddp_process_<rank>.log``,
-as the ranks of every other launch path do (``mnistlab/runtime/launch.py``); and on a cluster without
+as the ranks of every other launch path do (``mnistlab/runtime/distributed/launch.py``); and on a cluster without
 accounting, job states come from squeue instead of sacct. Hydra takes launchers only from its
 ``hydra_plugins`` namespace, hence this package beside ``mnistlab``. Hydra imports every plugin at
 start-up: submitit itself is imported only when a sweep is launched.

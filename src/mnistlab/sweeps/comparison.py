@@ -23,9 +23,9 @@ from matplotlib.ticker import NullLocator
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mnistlab.runtime import atomic
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import FIGURE_FILE
+from mnistlab.runtime.checkpointing import atomic
+from mnistlab.runtime.checkpointing.run_folder import FIGURE_FILE
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.sweeps.jobs import read_jobs, varied
 
 LEGEND_AT_MOST = 12  # runs: more than this many, and the curves go unlabelled
@@ -114,7 +114,7 @@ def draw(runs: Sequence[ComparedRun], varied: list[str], metric: str, curve: str
     panels = len(varied) + 1
     columns = min(panels, 3)
     rows = math.ceil(panels / columns)
-    # A figure of its own, not pyplot's: no backend to choose, nothing global (as runtime/pictures.py)
+    # A figure of its own, not pyplot's: no backend to choose, nothing global (as runtime/reporting/pictures.py)
     figure = Figure(figsize=(4.2 * columns, 3.4 * rows), layout="tight")
     axes = figure.subplots(rows, columns, squeeze=False)
     colours = [f"C{i % 10}" for i in range(len(runs))]  # matplotlib's default cycle

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from mnistlab.runtime.run_folder import FAILURE_FILE, METRICS_FILE, PRUNED_FILE
+from mnistlab.runtime.checkpointing.run_folder import FAILURE_FILE, METRICS_FILE, PRUNED_FILE
 
 
 @dataclass

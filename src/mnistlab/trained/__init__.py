@@ -1,8 +1,7 @@
 """Uses of a trained model: its network rebuilt from a checkpoint as data (``loading``), a classifier of
 raw inputs from a checkpoint or an exported file (``classifier``), digits prepared and classified
 (``digits``, ``prediction``), the network exported for other runtimes (``exporting``, ``model_card``),
-served over HTTP (``serving``: its processes; ``http_api``, ``batching``, and ``arrays`` for what a
-request holds), and drawn on a web page (``demo``).
+served over HTTP (``serving/``), and drawn on a web page (``demo``).
 
 It may import ``runtime/``; never the example's code (network, module, data module) directly: a
 checkpoint names its classes, and ``loading`` builds them once they pass its checks.

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from mnistlab.runtime import run_record
-from mnistlab.runtime.checkpoint_io import load_checkpoint
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.reporting import run_record
 from mnistlab.trained import loading, model_card
 
 

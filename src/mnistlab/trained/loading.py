@@ -16,9 +16,9 @@ from hydra.errors import InstantiationException
 from hydra.utils import get_class, instantiate
 from torch import nn
 
-from mnistlab.runtime import hydra_versions
-from mnistlab.runtime.checkpoint_io import fit_weights
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing.checkpoint_io import fit_weights
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
 
 PACKAGE = __name__.partition(".")[0]
 # Where a checkpoint's network and data module may come from (export checks on the test data it serves),

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from mnistlab.runtime import provenance
+from mnistlab.runtime.reporting import provenance
 from mnistlab.trained import loading
 
 SCALE = 255.0  # pixels arrive as 0..255; the data modules' mean and std are on a 0..1 scale

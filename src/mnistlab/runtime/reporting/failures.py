@@ -21,8 +21,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mnistlab.runtime import atomic, run_folder
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing import atomic, run_folder
+from mnistlab.runtime.config.checks import InputError
 
 log = logging.getLogger(__name__)
 

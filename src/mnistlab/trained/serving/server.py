@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.runtime import hydra_versions
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
 
 log = logging.getLogger(__name__)
 STEADY_S = 60  # a process that ends sooner after its start is not started again: the server stops
@@ -152,7 +152,8 @@ def _process(settings: dict, device: str, threads: int, info: dict) -> None:
     import torch
     import uvicorn
 
-    from mnistlab.trained import classifier, http_api
+    from mnistlab.trained import classifier
+    from mnistlab.trained.serving import http_api
 
     torch.set_num_threads(threads)
     logging.getLogger("mnistlab").setLevel(logging.ERROR)  # what loading the model warns, this process's parent said

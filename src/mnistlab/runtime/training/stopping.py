@@ -1,6 +1,6 @@
 """Stopping a run between two steps, keeping what is worth keeping: on a signal, and when it diverges.
 
-Signals. SIGTERM, SIGUSR1 and SIGUSR2 (see :mod:`mnistlab.runtime.signals`, which notes them from the
+Signals. SIGTERM, SIGUSR1 and SIGUSR2 (see :mod:`mnistlab.runtime.training.signals`, which notes them from the
 process's start) stop the run at a step boundary: every rank saves ``last.ckpt`` at
 the same step (mid-epoch: a resumed run goes on from that very step), and the run ends with a
 message saying how to resume and exit code 128 + the signal's number, so that a scheduler sees an
@@ -40,8 +40,8 @@ import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 
-from mnistlab.runtime import signals
-from mnistlab.runtime.failures import RunStopped
+from mnistlab.runtime.reporting.failures import RunStopped
+from mnistlab.runtime.training import signals
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,9 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
-from mnistlab.runtime import atomic, checkpoint_checks, launch
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.checkpointing import atomic, checkpoint_checks
+from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.distributed import launch
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
 # What to do when a checkpoint does not fit the configured model: it was trained with other settings.

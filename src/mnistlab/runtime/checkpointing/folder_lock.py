@@ -26,8 +26,8 @@ from typing import Any, TextIO
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import LOCK_FILE
+from mnistlab.runtime.checkpointing.run_folder import LOCK_FILE
+from mnistlab.runtime.config.checks import InputError
 
 RANKS = ("RANK", "SLURM_PROCID", "NODE_RANK", "LOCAL_RANK")  # a launcher's or Lightning's ranks of this process
 log = logging.getLogger(__name__)

@@ -36,10 +36,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.runtime import folder_lock, hydra_versions
-from mnistlab.runtime.checkpoint_checks import broken_checkpoint
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import FAILURE_FILE, METRICS_FILE, SWEEP_FILE
+from mnistlab.runtime.checkpointing import folder_lock
+from mnistlab.runtime.checkpointing.checkpoint_checks import broken_checkpoint
+from mnistlab.runtime.checkpointing.run_folder import FAILURE_FILE, METRICS_FILE, SWEEP_FILE
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"
@@ -209,7 +210,7 @@ def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
     refused in one line before the sweep's record or any job's folder is touched."""
     from hydra import compose, initialize_config_dir
 
-    from mnistlab.runtime import schema
+    from mnistlab.runtime.config import schema
 
     # Hydra's own settings (the launcher's, hydra.*) shape how jobs run, not what a job is: left out, but
     # for the search path, where the configs the job names may lie.

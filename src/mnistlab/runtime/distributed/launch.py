@@ -29,9 +29,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mnistlab.runtime import hydra_versions, run_folder
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import RUN_ID
+from mnistlab.runtime.checkpointing import run_folder
+from mnistlab.runtime.checkpointing.run_folder import RUN_ID
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
 
 # The entry script, set by train.py and eval.py: a sweep job may run in a worker process of a Hydra
 # launcher (joblib), whose own command line is not the script's.
@@ -96,7 +97,7 @@ def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
         sign in str(err) for sign in ("Timed out", "timed out", "Connection closed by peer", "Connection reset")
     ):
         return err
-    from mnistlab.runtime.failures import RunStopped
+    from mnistlab.runtime.reporting.failures import RunStopped
 
     missing = _roll_call(trainer.global_rank, trainer.world_size)
     who = (

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from mnistlab.runtime import signatures
-from mnistlab.runtime.checks import InputError, indivisible_batch
+from mnistlab.runtime.config import signatures
+from mnistlab.runtime.config.checks import InputError, indivisible_batch
 
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]

@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from mnistlab.runtime import hydra_versions
+from mnistlab.runtime.config import hydra_versions
 
 # What a run's folder holds, by name: every module that writes or reads one of them names it from here.
 METRICS_FILE = "metrics.json"  # every metric of a finished run (rank 0); read back by sweeps and resume
@@ -72,7 +72,7 @@ def discard_if_unused(folder: Path) -> None:
 
 
 def saved_once(output_dir: str) -> str | None:
-    """``hydra.output_subdir`` for a job of a resumed sweep (runtime/resume.py): ``.hydra`` for a job that
+    """``hydra.output_subdir`` for a job of a resumed sweep (runtime/checkpointing/resume.py): ``.hydra`` for a job that
     never started; null for one that did, whose ``.hydra/`` keeps the config it started with."""
     return None if (Path(output_dir) / ".hydra" / "overrides.yaml").is_file() else ".hydra"
 

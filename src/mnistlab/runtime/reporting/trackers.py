@@ -16,9 +16,9 @@ from lightning.pytorch import loggers
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistlab.runtime import atomic
-from mnistlab.runtime.checks import InputError
-from mnistlab.runtime.run_folder import TRACKERS_FILE
+from mnistlab.runtime.checkpointing import atomic
+from mnistlab.runtime.checkpointing.run_folder import TRACKERS_FILE
+from mnistlab.runtime.config.checks import InputError
 
 AN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # MLflow's hex run ids, W&B's base-36 ones
 log = logging.getLogger(__name__)

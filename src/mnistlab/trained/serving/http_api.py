@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from mnistlab.runtime.checks import InputError
-from mnistlab.trained.batching import Batcher
+from mnistlab.runtime.config.checks import InputError
 from mnistlab.trained.classifier import TrainedClassifier
+from mnistlab.trained.serving.batching import Batcher
 
 USAGE = 'send an image (PNG, JPEG) as the body, or JSON {"images": [<base64>, ...]}'
 

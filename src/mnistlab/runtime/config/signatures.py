@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mnistlab.runtime.checks import InputError
+from mnistlab.runtime.config.checks import InputError
 
 HYDRA_KEYS = {"_target_", "_partial_", "_args_", "_recursive_", "_convert_"}
 MAX_HOPS = 8  # re-exports and base classes followed before giving up (an unreadable chain is not checked)

@@ -25,7 +25,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistlab.runtime import atomic, provenance, run_folder
+from mnistlab.runtime.checkpointing import atomic, run_folder
+from mnistlab.runtime.reporting import provenance
 
 log = logging.getLogger(__name__)
 
