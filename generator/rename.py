@@ -76,7 +76,7 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
 }
 TEMPLATE_NAMES = {  # in every project made
     "      - Start your own project: generator.md\n": "",  # mkdocs.yml: a page copier.yml leaves out
-    "<!-- run by tests/test_generator.py -->": "<!-- not run: the template's tests write these files into a new project -->",
+    "[//]: # (run by tests/test_generator.py)": "[//]: # (not run: the template's tests write these files into a new project)",
 }
 BLANK_TEXT = re.compile(r"(?s)<!-- blank: (.*?) -->")  # the README's words for a project without the example
 

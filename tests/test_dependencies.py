@@ -37,7 +37,7 @@ def test_the_lock_holds_what_pyproject_asks_for() -> None:
     asked = {_key(Requirement(text)) for text in project["dependencies"]}
     for extra, texts in project["optional-dependencies"].items():
         asked |= {_key(Requirement(f"{text}; extra == '{extra}'")) for text in texts}
-    (own,) = [package for package in _locked() if package["name"] == project["name"]]
+    (own,) = [package for package in _locked() if package["name"] == canonicalize_name(project["name"])]
     locked = {
         (d["name"], str(SpecifierSet(d.get("specifier", ""))), tuple(sorted(d.get("extras", []))), d.get("marker", ""))
         for d in own["metadata"]["requires-dist"]

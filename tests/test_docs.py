@@ -19,8 +19,10 @@ from composing import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 COMMANDS = {"bash", "sh", "shell", "console", "python"}  # a block in one of these is something to run
-# Before each command block: the test that runs it (and reads this page), or why none can.
-NOTE = re.compile(r"<!-- (?:run by (?P<test>tests/\S+\.py)|not run: (?P<reason>.+?)) -->")
+# Before each command block: the test that runs it (and reads this page), or why none can. A Markdown
+# comment (a link reference nothing uses): hidden on GitHub and in the site, and free to sit inside the
+# HTML comment of a project without the example's text (generator/rename.py).
+NOTE = re.compile(r"\[//\]: # \((?:run by (?P<test>tests/\S+\.py)|not run: (?P<reason>[^()]+))\)")
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (.ci/run installs it)
 
 
@@ -56,7 +58,7 @@ def test_every_command_block_is_run_by_a_test_or_says_why_not(page: Path) -> Non
             test = ROOT / note["test"]  # this file reads every page; another must name the page it reads
             if not test.is_file() or (test.name != Path(__file__).name and page.name not in test.read_text()):
                 wrong.append(f"{page.name}:{line}: {note['test']} does not read {page.name}")
-    assert unnoted == [], "put <!-- run by tests/<file>.py --> or <!-- not run: <why> --> before these blocks"
+    assert unnoted == [], "put [//]: # (run by tests/<file>.py) or [//]: # (not run: <why>) before these blocks"
     assert wrong == []
 
 

@@ -55,11 +55,6 @@ def _generate(template: Path, project: Path, *answers: str) -> None:
     _commit(project, "generated")
 
 
-def _unnoted(text: str) -> str:
-    """A page without the notes before its command blocks (tests/test_docs.py reads them)."""
-    return re.sub(r"<!-- (?:run by|not run:) [^>]*-->", "", text)
-
-
 def _locked_versions(project: Path) -> dict[str, set[str]]:
     """uv.lock's packages and their versions (one package may have several: one per Python range)."""
     versions: dict[str, set[str]] = {}
@@ -132,7 +127,7 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     assert "tests/test_generator.py" not in "".join(p.read_text() for p in (project / "docs").glob("*.md"))
     for generator in ("generator/", "copier.yml", "cookiecutter.json", ".ci/", "tests/test_generator.py"):
         assert not (project / generator).exists() and generator not in readme, generator  # the template's own
-    assert "copier" not in readme.lower() and "cookiecutter" not in readme.lower() and "<!--" not in _unnoted(readme)
+    assert "copier" not in readme.lower() and "cookiecutter" not in readme.lower() and "<!--" not in readme
     assert (project / ".github" / "workflows" / "tests.yml").is_file()  # its CI, in the form its users run
     # The renamed project imports, composes its config and builds its model, as it is, from its folder.
     check = "from retina_lab.tasks import train; import hydra; print('ok')"
@@ -178,7 +173,7 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     assert "MNIST" not in (project / "src" / "blank_lab" / "__init__.py").read_text()
     readme = (project / "README.md").read_text()
     assert "**This project starts with placeholders:**" in readme
-    assert "predict.py" not in readme and "<!--" not in _unnoted(readme)
+    assert "predict.py" not in readme and "<!--" not in readme
     assert (
         not (project / "docs" / "performance.md").exists() and "performance" not in (project / "mkdocs.yml").read_text()
     )
