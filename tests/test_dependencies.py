@@ -1,6 +1,11 @@
 """No dependency specifier of pyproject.toml admits a release known to be malicious, and uv.lock (the exact,
 hashed versions CI installs) is the lock of this pyproject.toml."""
 
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -26,18 +31,38 @@ def test_no_specifier_admits_a_known_bad_release() -> None:
                 assert version not in requirement.specifier, f"{requirement} admits {name} {version} ({why})"
 
 
-def _locked() -> list[dict]:
-    return tomllib.loads((ROOT / "uv.lock").read_text())["package"]
+def _locked(lock: Path = ROOT / "uv.lock") -> list[dict]:
+    return tomllib.loads(lock.read_text())["package"]
 
 
-def test_the_lock_holds_what_pyproject_asks_for() -> None:
-    """uv.lock was made from this pyproject.toml (``uv lock`` after any change of a specifier): CI's
-    ``uv sync --locked`` refuses a stale one too, this says so in the fast tier, offline."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def _locks() -> list:
+    """(pyproject.toml's text, its lock): this project's; in the template, also the lock of a project made
+    without the example (generator/lock.py makes both), whose pyproject the rename writes."""
+    locks = [pytest.param((ROOT / "pyproject.toml").read_text(), ROOT / "uv.lock", id="uv.lock")]
+    if (script := ROOT / "generator" / "lock.py").is_file():
+        spec = importlib.util.spec_from_file_location("generator_lock", script)
+        assert spec and spec.loader
+        sys.path.insert(0, str(script.parent))  # it imports the rename beside it
+        try:
+            generator = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(generator)
+        finally:
+            sys.path.remove(str(script.parent))
+        blank = generator.blank_pyproject((ROOT / "pyproject.toml").read_text())
+        locks.append(pytest.param(blank, ROOT / "generator" / "blank" / "uv.lock", id="generator/blank/uv.lock"))
+    return locks
+
+
+@pytest.mark.parametrize(("pyproject", "lock"), _locks())
+def test_the_lock_holds_what_pyproject_asks_for(pyproject: str, lock: Path) -> None:
+    """The lock was made from this pyproject.toml (``uv lock``, here ``python generator/lock.py``, after any
+    change of a specifier): CI's ``uv sync --locked`` refuses a stale one too, this says so in the fast tier,
+    offline."""
+    project = tomllib.loads(pyproject)["project"]
     asked = {_key(Requirement(text)) for text in project["dependencies"]}
     for extra, texts in project["optional-dependencies"].items():
         asked |= {_key(Requirement(f"{text}; extra == '{extra}'")) for text in texts}
-    (own,) = [package for package in _locked() if package["name"] == canonicalize_name(project["name"])]
+    (own,) = [package for package in _locked(lock) if package["name"] == canonicalize_name(project["name"])]
     locked = {
         (d["name"], str(SpecifierSet(d.get("specifier", ""))), tuple(sorted(d.get("extras", []))), d.get("marker", ""))
         for d in own["metadata"]["requires-dist"]
