@@ -3,9 +3,9 @@ in one place: which code a config may run, and how a resolver is registered.
 
 Hydra 1.4 calls a config's ``_target_`` only if trusted code named its package (an execution whitelist;
 without one it warns, and Hydra 1.5 will refuse). ``conf/`` and the command line are trusted input here
-(docs/reliability.md, Trust), so the whitelist is every package ``conf/`` names: add yours to ``TARGETS`` when a config
-of yours names a class of another library (``tests/test_config.py`` fails until it does). A checkpoint's
-config is held to a narrower list, conf/trust.yaml's (``trained/loading.py``), under either Hydra.
+(docs/reliability.md, Trust), so the whitelist is every package ``conf/`` names: add yours to ``TARGETS``
+when a config of yours names a class of another library (``tests/test_hydra_versions.py`` fails until it
+does). A checkpoint's config is held to a narrower list, conf/trust.yaml's (``trained/loading.py``).
 """
 
 import functools
@@ -22,6 +22,7 @@ PACKAGE = __name__.partition(".")[0]
 # Packages (``name.*``) and single names whose classes and functions conf/ may call.
 TARGETS = (f"{PACKAGE}.*", "hydra_plugins.*", "torch.*", "lightning.*", "optuna.*", "datetime.timedelta")
 HYDRA_1_4 = Version(hydra.__version__) >= Version("1.4.0.dev0")
+OMEGACONF_2_4 = Version(omegaconf.__version__) >= Version("2.4.0.dev0")  # Hydra 1.4's
 # initialize_config_dir(..., **BASE): Hydra 1.3's defaults are asked for by name; 1.4 deprecates the name.
 BASE: dict[str, Any] = {} if HYDRA_1_4 else {"version_base": "1.3"}
 # @hydra.main(..., **MAIN): that, and what Hydra's own instantiations (callbacks, launcher, sweeper) and the
@@ -41,8 +42,8 @@ def allowed(targets: Sequence[str] = TARGETS, only: bool = False) -> AbstractCon
 
 def register_resolver(name: str, resolver: Callable[..., Any], use_cache: bool = False) -> None:
     """``${name:...}`` in configs; OmegaConf 2.4 (Hydra 1.4's) renamed ``register_new_resolver``."""
-    renamed = Version(omegaconf.__version__) >= Version("2.4.0.dev0")  # 2.3's register_resolver is another one
-    register = getattr(OmegaConf, "register_resolver" if renamed else "register_new_resolver")
+    # OmegaConf 2.3's register_resolver is another, deprecated one (its resolvers get strings).
+    register = getattr(OmegaConf, "register_resolver" if OMEGACONF_2_4 else "register_new_resolver")
     register(name, resolver, replace=True, use_cache=use_cache)
 
 

@@ -50,10 +50,10 @@ class HparamsView(L.Callback):
     """TensorBoard's HPARAMS view of the run: its logged hyperparameters beside its final metrics."""
 
     def __init__(self) -> None:
-        self._fit_metrics: dict[str, float] = {}
+        self._fit_metrics: set[str] = set()  # their names: testing clears fit's metrics
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._fit_metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+        self._fit_metrics = set(trainer.callback_metrics)
 
     @rank_zero_only
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
