@@ -95,12 +95,13 @@ def _save_half_then_die(save, step: int, obj: object, file, *args: object, **kwa
 
 
 class HangAt(L.Callback):
-    """Stops answering as batch ``step`` starts on ``rank``: SIGSTOP, as a rank stuck in a driver call,
-    a dead NFS mount or a swapped-out node would (a process that neither works nor exits)."""
+    """Stops answering as batch ``step`` starts on ``rank`` of a run that starts afresh (a resumed one runs
+    through): SIGSTOP, as a rank stuck in a driver call, a dead NFS mount or a swapped-out node would (a
+    process that neither works nor exits)."""
 
     def __init__(self, step: int, rank: int = 1) -> None:
         self.step, self.rank = step, rank
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
-        if trainer.global_step == self.step and trainer.global_rank == self.rank:
+        if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
             os.kill(os.getpid(), signal_module.SIGSTOP)

@@ -35,7 +35,8 @@ GROUPS_FILE = "groups.csv"  # repeats of one setting, aggregated (sweeps/groups.
 FIGURE_FILE = "comparison.png"  # the jobs compared (sweeps/comparison.py)
 
 RESOLVER = "claim_folder"
-RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set: the name all ranks agreed on (launch.py)
+RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set: the name all ranks agreed on (launch.py), or a
+# Kubernetes job's (deploy/kubernetes/), which its restarted pods keep: they resume from its last.ckpt
 _made_here: set[Path] = set()  # the folders this process claimed
 
 

@@ -52,11 +52,19 @@ def started_by_torchrun(key: str, default: int) -> int:
 
 
 def check_environment(cfg: DictConfig | None = None) -> None:
-    """Refuse a LOCAL_RANK left over in the shell: every launcher that sets it sets WORLD_SIZE too. Under
-    torchrun, refuse a trainer whose devices x num_nodes is not the world torchrun started: each process
-    would train a copy of the run of its own, into one folder."""
+    """Refuse a LOCAL_RANK left over in the shell (every launcher that sets it sets WORLD_SIZE too), and a
+    RANK no launcher of ranks set (a PyTorchJob's pod running plain python). Under torchrun, refuse a
+    trainer whose devices x num_nodes is not the world torchrun started: each process would train a copy
+    of the run of its own, into one folder."""
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
+    if "RANK" in os.environ and "LOCAL_RANK" not in os.environ and not SLURMEnvironment.detect():
+        # A Kubeflow PyTorchJob's pod: one process per pod in the operator's view, which Lightning no longer reads.
+        raise InputError(
+            f"RANK={os.environ['RANK']} is set (as a Kubeflow PyTorchJob sets it in each pod), but no launcher "
+            "that starts ranks (torchrun, srun, Lightning) started this process: run train.py under torchrun, as "
+            "deploy/kubernetes/pytorchjob.yaml does, or `unset RANK` outside a job"
+        )
     if "LOCAL_RANK" in os.environ and "WORLD_SIZE" not in os.environ and not SLURMEnvironment.detect():
         raise InputError(
             f"LOCAL_RANK={os.environ['LOCAL_RANK']} is set, but no launcher started this process (WORLD_SIZE is "
@@ -166,7 +174,8 @@ def join_external_launch(config_name: str) -> list[str]:
 
     if TorchElasticEnvironment.detect():
         rank = int(os.environ["RANK"])
-        os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
+        if RUN_ID not in os.environ:  # else named by the job (deploy/kubernetes/): the same after a restart
+            os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
     elif SLURMEnvironment.detect() and int(os.environ["SLURM_NTASKS"]) > 1:
         rank = int(os.environ["SLURM_PROCID"])
         # The job id survives a requeue: a preempted job resumes in its own folder, from the
