@@ -67,16 +67,20 @@ class KillAt(L.Callback):
     onto ``last.ckpt`` would leave half a checkpoint there, and the resumed run would fail.
     """
 
-    def __init__(self, step: int, writing: bool = False, job: int | None = None) -> None:
+    def __init__(self, step: int, writing: bool = False, job: int | None = None, rank: int | None = None) -> None:
         self.step, self.writing, self.job = step, writing, job  # job: only in that job of a sweep
+        self.rank = rank  # only that rank (None: every rank)
 
     def setup(self, trainer: L.Trainer, module: L.LightningModule, stage: str) -> None:
         if self.writing:
             torch.save = functools.partial(_save_half_then_die, torch.save, self.step)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
-        if not self.writing and trainer.global_step == self.step and self._in_job():
+        if not self.writing and trainer.global_step == self.step and self._in_job() and self._on_rank(trainer):
             os.kill(os.getpid(), signal_module.SIGKILL)
+
+    def _on_rank(self, trainer: L.Trainer) -> bool:
+        return self.rank is None or trainer.global_rank == self.rank
 
     def _in_job(self) -> bool:
         from hydra.core.hydra_config import HydraConfig

@@ -52,7 +52,8 @@ def test_every_group_and_option_is_covered() -> None:
     # Hydra's own (tests/test_ddp.py, test_sweeps.py) and the Optuna search's (tests/test_optuna.py)
     optuna = {"hparams_search", "hydra/sweeper", "hydra/sweeper/sampler", "hydra/sweeper/pruner"}
     serving = {"decode"}  # serve.py's input (tests/test_serving.py, test_serving_digits.py)
-    assert groups <= set(GROUPS) | {"hydra", "hydra/launcher"} | optuna | serving
+    engines = {"engine"}  # train.py's alone (tests/test_ray.py)
+    assert groups <= set(GROUPS) | {"hydra", "hydra/launcher"} | optuna | serving | engines
 
 
 CPU_STRATEGIES = [

@@ -166,7 +166,7 @@ PRUNES_THE_LAST = [
 ]  # fmt: skip
 
 
-def _check_pruned(tmp_path: Path, result) -> Path:
+def check_pruned(tmp_path: Path, result) -> Path:
     """The last trial (lr=1e-7) PRUNED after its first epoch, the others complete; the sweep ends well."""
     assert result.returncode == 0, result.stderr[-3000:]
     study = _study(tmp_path, "mnist_optuna")
@@ -186,7 +186,7 @@ def _check_pruned(tmp_path: Path, result) -> Path:
 @pytest.mark.slow
 def test_a_hopeless_trial_is_pruned_the_study_records_it_and_the_dashboard_shows_it(tmp_path) -> None:
     result = run_script("train.py", *PRUNES_THE_LAST, f"paths.log_dir={tmp_path}")
-    _check_pruned(tmp_path, result)
+    check_pruned(tmp_path, result)
     port = free_port()
     storage = f"sqlite:///{tmp_path}/train/multiruns/optuna.db"
     dashboard = processes.start(["optuna-dashboard", storage, "--port", port, "--host", "127.0.0.1"])
@@ -222,7 +222,7 @@ def test_pruning_stops_both_ranks_of_a_ddp_job_in_parallel_jobs(tmp_path) -> Non
         "trainer.devices=2",
     ]
     result = run_script("train.py", *search, f"paths.log_dir={tmp_path}")
-    sweep = _check_pruned(tmp_path, result)
+    sweep = check_pruned(tmp_path, result)
     rank_1 = (sweep / "2" / "train_ddp_process_1.log").read_text()
     assert "model.optimizer.lr=1e-07" in rank_1 and "pruned after epoch 0" not in rank_1  # rank 0 alone reports
 

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,7 +22,7 @@ from mnistlab.runtime.checkpointing import atomic, folder_lock, resume, run_fold
 from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.config.checks import InputError, check_devices
-from mnistlab.runtime.distributed import launch
+from mnistlab.runtime.distributed import launch, ray_train
 from mnistlab.runtime.reporting import config_tree, console, hyperparameters, run_record
 from mnistlab.runtime.training import batch_hooks, signals
 from mnistlab.runtime.training.stopping import SafeStop
@@ -39,22 +40,32 @@ def train(cfg: DictConfig) -> dict[str, float]:
     folder = Path(cfg.paths.output_dir)
     folder_lock.hold(folder, "the run")  # a second start on this folder (resume=) is refused while it runs
     try:
-        with hydra_versions.allowed():  # what conf/ may call, also where train(cfg) is called directly
-            # A missing or broken file: one line now, not a traceback from fit; read once, for every check.
-            given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
-            config_tree.show(cfg)
-            L.seed_everything(cfg.seed, workers=True)
-            datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
-            start_from = _before_fit(cfg, trainer, datamodule, given)
-            _fit(trainer, model, datamodule, start_from)
-            signals.release()  # trained and saved: testing stops at a signal, as any program
-            metrics = _floats(trainer.callback_metrics)
-            if cfg.get("test", True):
-                metrics |= _test(trainer, model, datamodule)
-            _finish(metrics, trainer, cfg)
-            return metrics
+        if cfg.get("engine"):  # engine=ray: Ray's workers run fit_and_test
+            return ray_train.run(cfg, fit_and_test)
+        return fit_and_test(cfg)
     finally:
         folder_lock.release(folder)
+
+
+def fit_and_test(
+    cfg: DictConfig, prepare: Callable[[L.Trainer], L.Trainer] = lambda trainer: trainer
+) -> dict[str, float]:
+    """What every rank of a run does: fit, then test the best checkpoint; ``prepare``: an engine's last
+    word on the Trainer (Ray's ``prepare_trainer``)."""
+    with hydra_versions.allowed():  # what conf/ may call, also where train(cfg) is called directly
+        # A missing or broken file: one line now, not a traceback from fit; read once, for every check.
+        given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
+        config_tree.show(cfg)
+        L.seed_everything(cfg.seed, workers=True)
+        datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
+        start_from = _before_fit(cfg, prepare(trainer), datamodule, given)
+        _fit(trainer, model, datamodule, start_from)
+        signals.release()  # trained and saved: testing stops at a signal, as any program
+        metrics = _floats(trainer.callback_metrics)
+        if cfg.get("test", True):
+            metrics |= _test(trainer, model, datamodule)
+        _finish(metrics, trainer, cfg)
+        return metrics
 
 
 def _before_fit(

@@ -21,11 +21,12 @@ def group_set_to_null(argv: list[str], conf: Path) -> None:
             raise InputError(f"{arg}: a group's choice is a file of conf/{group}/; to switch {group} off, write {off}")
 
 
-def indivisible_batch(batch_size: int, world_size: int) -> str:
-    """What to say of a global batch that the processes cannot share (schema.py, batches.py)."""
+def indivisible_batch(batch_size: int, world_size: int, named_by: str = "trainer.devices x trainer.num_nodes") -> str:
+    """What to say of a global batch that the processes cannot share (schema.py, batches.py); ``named_by``:
+    the settings that make the world size."""
     return (
         f"data.batch_size={batch_size} is the global batch (all devices of all nodes) and must be a multiple "
-        f"of the world size {world_size} (trainer.devices x trainer.num_nodes), at least {world_size}"
+        f"of the world size {world_size} ({named_by}), at least {world_size}"
     )
 
 

@@ -20,7 +20,7 @@ from packaging.version import Version
 
 PACKAGE = __name__.partition(".")[0]
 # Packages (``name.*``) and single names whose classes and functions conf/ may call.
-TARGETS = (f"{PACKAGE}.*", "hydra_plugins.*", "torch.*", "lightning.*", "optuna.*", "datetime.timedelta")
+TARGETS = (f"{PACKAGE}.*", "hydra_plugins.*", "torch.*", "lightning.*", "optuna.*", "ray.train.*", "datetime.timedelta")
 HYDRA_1_4 = Version(hydra.__version__) >= Version("1.4.0.dev0")
 OMEGACONF_2_4 = Version(omegaconf.__version__) >= Version("2.4.0.dev0")  # Hydra 1.4's
 # initialize_config_dir(..., **BASE): Hydra 1.3's defaults are asked for by name; 1.4 deprecates the name.

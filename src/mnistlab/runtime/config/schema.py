@@ -155,7 +155,23 @@ class RunConfig(Node):
     hydra: Any = None  # Hydra's own config, when a test composes it in: typed by Hydra
 
 
+class RayScaling(Target):  # ray.train.ScalingConfig
+    num_workers: Positive
+    use_gpu: bool = False
+
+
+class Engine(Node):
+    """engine=ray (conf/engine/ray.yaml): Ray Train runs the ranks."""
+
+    address: str | None
+    connect_timeout_s: PositiveFloat
+    scaling_config: RayScaling
+    torch_config: Target
+    failure_config: Target
+
+
 class TrainConfig(RunConfig):
+    engine: Engine | None = None
     ckpt_path: str | None
     resume: str | None = None
     test: bool
@@ -167,9 +183,12 @@ class TrainConfig(RunConfig):
         devices, nodes = self.trainer.devices, self.trainer.num_nodes
         per_node = len(devices) if isinstance(devices, list) else devices
         world = per_node * nodes if isinstance(per_node, int) and per_node != -1 else 1  # "auto", -1: unknown yet
+        named_by = "trainer.devices x trainer.num_nodes"
+        if self.engine is not None:
+            world, named_by = self.engine.scaling_config.num_workers, "engine.scaling_config.num_workers"
         batch = (self.data.model_extra or {}).get("batch_size")  # a data module of this project's kind: global
         if isinstance(batch, int) and not isinstance(batch, bool) and batch % world:
-            raise ValueError(indivisible_batch(batch, world))
+            raise ValueError(indivisible_batch(batch, world, named_by))
         return self
 
 

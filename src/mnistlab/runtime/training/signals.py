@@ -13,6 +13,7 @@ its default action back.
 
 import os
 import signal
+import threading
 from collections.abc import Callable
 from types import FrameType
 
@@ -35,8 +36,9 @@ def listen(forward: Callable[[int], None] | None = None) -> None:
             forward(signum)
         _received = _received or signum
 
-    for signum in SIGNALS:
-        signal.signal(signum, note)
+    if _in_main_thread():
+        for signum in SIGNALS:
+            signal.signal(signum, note)
 
 
 def received() -> int:
@@ -52,8 +54,16 @@ def acted_on() -> None:
 def release() -> None:
     """Back to each signal's default action; one noted and not acted on gets it now."""
     global _received
+    if not _in_main_thread():
+        return
     for signum in SIGNALS:
         signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
     pending, _received = _received, 0
     if pending:
         os.kill(os.getpid(), pending)
+
+
+def _in_main_thread() -> bool:
+    """Only the main thread may set handlers. Ray Train runs a worker's training in another thread: its
+    signals are Ray's, which stops its workers itself (engine=ray)."""
+    return threading.current_thread() is threading.main_thread()

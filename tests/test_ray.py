@@ -1,0 +1,147 @@
+"""engine=ray (conf/engine/ray.yaml): Ray Train's workers run a run's ranks, on a real Ray cluster of this
+machine (tests/ray_cluster.py: a head and two worker nodes)."""
+
+import csv
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import ray_cluster
+from hydra.utils import instantiate
+from test_optuna import PRUNES_THE_LAST, check_pruned
+
+from mnistlab.runtime.config import schema
+from mnistlab.runtime.config.checks import InputError
+
+import processes
+from composing import EQUIVALENCE, SHORT, compose_config
+from running import assert_trained_as_one_process, free_port
+
+RAY = ["engine=ray"]
+
+
+def test_engine_ray_composes_and_fits_the_schema(tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, RAY)
+    schema.check(cfg, schema.TrainConfig)
+    scaling = instantiate(cfg.engine.scaling_config)
+    assert (scaling.num_workers, scaling.use_gpu) == (2, False)
+    assert cfg.trainer.strategy._target_ == "ray.train.lightning.RayDDPStrategy"
+
+
+def test_workers_that_do_not_divide_the_batch_are_refused_in_one_line(tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, [*RAY, "engine.scaling_config.num_workers=3", "data.batch_size=64"])
+    with pytest.raises(InputError, match=r"multiple of the world size 3 \(engine.scaling_config.num_workers\)"):
+        schema.check(cfg, schema.TrainConfig)
+
+
+@pytest.mark.no_gpu
+def test_ray_asked_for_gpus_on_a_machine_without_is_refused_in_one_line(tmp_path: Path) -> None:
+    from mnistlab.tasks import train
+
+    cfg = compose_config("train", tmp_path, [*RAY, "engine.scaling_config.use_gpu=true"])
+    with pytest.raises(InputError, match=r"^engine.scaling_config.use_gpu=true asks for 2 GPUs and this machine has 0"):
+        train(cfg)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_an_unreachable_ray_address_is_refused_in_one_line_within_its_timeout(tmp_path: Path) -> None:
+    from mnistlab.tasks import train
+
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    cfg = compose_config("train", tmp_path, [*RAY, f"engine.address={address}", "engine.connect_timeout_s=2"])
+    started = time.monotonic()
+    with pytest.raises(InputError, match=rf"^engine.address={address}: no Ray cluster answered there within 2"):
+        train(cfg)
+    assert time.monotonic() - started < 10
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[str, dict[str, str]]]:
+    with ray_cluster.cluster(workers=2) as running:
+        yield running
+
+
+def _train(
+    cluster: tuple[str, dict[str, str]], *overrides: str, engine: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """train.py with ``overrides``, a client of ``cluster``: the suite's task on its CPUs; ``engine``: with
+    engine=ray on it (a resumed run has it from its folder)."""
+    address, client = cluster
+    flags = [arg for arg in overrides if arg.startswith("-")]
+    command = processes.python("train.py", *flags, "trainer.accelerator=cpu", *overrides[len(flags) :])
+    if engine and not any(override.startswith("resume=") for override in overrides):
+        command += [*RAY, f"engine.address={address}"]
+    return processes.run(command, env=os.environ | client, timeout=300)
+
+
+@pytest.mark.slow
+def test_two_ray_workers_train_as_one_process_in_one_run_folder(
+    cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
+) -> None:
+    result = _train(cluster, *EQUIVALENCE, f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]  # one TensorBoard run
+    for rank, log in enumerate(["train.log", "train_ddp_process_1.log"]):
+        assert f"Ray Train's worker of rank {rank} of 2" in (run / log).read_text()
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] > 0
+    assert_trained_as_one_process(run, one_process)
+
+
+@pytest.mark.slow
+def test_a_killed_ray_worker_stops_the_run_with_the_resume_line_and_resume_finishes_it(
+    cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
+) -> None:
+    """Rank 1's worker is killed (SIGKILL) at step 30, in the second epoch: the run stops in one line, and
+    ``resume=`` continues it from step 20's last.ckpt to the end one process reaches."""
+    kill = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=30", "+callbacks.kill.rank=1"]
+    started = time.monotonic()
+    result = _train(cluster, *EQUIVALENCE, *kill, f"paths.log_dir={tmp_path}")
+    took = time.monotonic() - started
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    assert result.returncode == 1, result.stderr[-3000:]
+    (said,) = [
+        line.partition(" - ")[2] for line in result.stdout.splitlines() if " - Stopped: " in line
+    ]  # the driver's
+    assert said == (
+        "Stopped: a Ray worker failed (The actor is dead because its worker process has died). "
+        f"Continue with: python train.py resume={run}"
+    )
+    assert said in (run / "train.log").read_text()
+    assert took < 180, took
+    resumed = _train(cluster, f"resume={run}", f"paths.log_dir={tmp_path}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (
+        f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}"
+        in (run / "train.log").read_text()
+    )
+    assert_trained_as_one_process(run, one_process)
+
+
+@pytest.mark.slow
+def test_a_sweep_of_three_jobs_runs_on_ray(cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    address, _ = cluster
+    sweep = ["-m", "hydra/launcher=ray", f"hydra.launcher.address={address}", "model.optimizer.lr=3e-3,1e-2,3e-2"]
+    result = _train(cluster, *sweep, *SHORT, "logger=none", f"paths.log_dir={tmp_path}", engine=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Launching 3 jobs on Ray" in result.stdout
+    (folder,) = (tmp_path / "train" / "multiruns").iterdir()
+    for job, lr in enumerate(["0.003", "0.01", "0.03"]):
+        assert f"model.optimizer.lr={lr}" in (folder / str(job) / ".hydra" / "overrides.yaml").read_text()
+        assert json.loads((folder / str(job) / "metrics.json").read_text())["test/acc"] > 0
+    with open(folder / "summary.csv") as table:
+        assert [row["status"] for row in csv.DictReader(table)] == ["ok", "ok", "ok"]
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_on_ray_prunes_its_hopeless_trial(cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+    address, _ = cluster
+    on_ray = ["hydra/launcher=ray", f"hydra.launcher.address={address}", "hydra.sweeper.n_jobs=2"]
+    result = _train(cluster, *PRUNES_THE_LAST, *on_ray, f"paths.log_dir={tmp_path}", engine=False)
+    assert "on Ray" in result.stdout
+    check_pruned(tmp_path, result)
