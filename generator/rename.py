@@ -68,10 +68,10 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
     "mnist_optuna": "optuna",
     "  - decode: digits": "  - decode: npy",  # serve.py: digit images are the example's
     " munge chromium wrk": " munge chromium",  # the serving benchmark's client: the example's alone
-    " and Chromium and wrk (the browser tests, the serving benchmark's)": " and Chromium (the docs site's tests)",
+    ", Chromium and wrk (the browser tests, the serving benchmark's)": " and Chromium (the docs site's tests)",
     'demo = ["gradio>=6,<7"]  # demo.py: draw a digit in the browser\n': "",  # pyproject.toml: the demo's packages
     '    "gradio_client>=1.5",  # the demo\'s other client\n': "",
-    ",serve,demo,loggers]": ",serve,loggers]",
+    ",serve,demo,loggers,ray]": ",serve,loggers,ray]",
     "      - Performance: performance.md\n": "",  # mkdocs.yml: the benchmarks' page
 }
 TEMPLATE_NAMES = {  # in every project made

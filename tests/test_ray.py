@@ -38,6 +38,12 @@ def test_workers_that_do_not_divide_the_batch_are_refused_in_one_line(tmp_path: 
         schema.check(cfg, schema.TrainConfig)
 
 
+def test_devices_beside_ray_workers_are_refused_in_one_line(tmp_path: Path) -> None:
+    cfg = compose_config("train", tmp_path, [*RAY, "trainer.devices=2"])
+    with pytest.raises(InputError, match=r"^engine=ray runs one rank per Ray worker, so trainer.devices=2 and"):
+        schema.check(cfg, schema.TrainConfig)
+
+
 @pytest.mark.no_gpu
 def test_ray_asked_for_gpus_on_a_machine_without_is_refused_in_one_line(tmp_path: Path) -> None:
     from mnistlab.tasks import train

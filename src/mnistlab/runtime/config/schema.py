@@ -185,6 +185,11 @@ class TrainConfig(RunConfig):
         world = per_node * nodes if isinstance(per_node, int) and per_node != -1 else 1  # "auto", -1: unknown yet
         named_by = "trainer.devices x trainer.num_nodes"
         if self.engine is not None:
+            if devices not in (1, "auto") or nodes != 1:
+                raise ValueError(
+                    f"engine=ray runs one rank per Ray worker, so trainer.devices={devices} and trainer.num_nodes={nodes} "
+                    "would multiply them: leave both out and set engine.scaling_config.num_workers"
+                )
             world, named_by = self.engine.scaling_config.num_workers, "engine.scaling_config.num_workers"
         batch = (self.data.model_extra or {}).get("batch_size")  # a data module of this project's kind: global
         if isinstance(batch, int) and not isinstance(batch, bool) and batch % world:
