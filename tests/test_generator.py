@@ -506,3 +506,20 @@ def test_a_long_project_name_gives_a_package_of_64_characters_at_most(template: 
     package = ("long_" * 13)[:64].rstrip("_")
     assert (project / "src" / package / "tasks.py").is_file() and _traces(project) == []
     assert (project / "README.md").read_text().splitlines()[0].rstrip() == f"# {name.strip()}"
+
+
+def test_every_text_the_rename_replaces_is_still_in_the_template() -> None:
+    """A replacement whose text a later edit changed would do nothing, silently: a project without the example
+    would keep the example's extras, search name or pages (generator/rename.py's BLANK_NAMES, TEMPLATE_NAMES)."""
+    sys.path.insert(0, str(ROOT / "generator"))
+    import rename
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
+    texts = []
+    for name in files.stdout.splitlines():
+        try:
+            texts.append((ROOT / name).read_text())
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue  # a binary file (a picture), or one this change deleted
+    everything = "".join(texts)
+    assert [old for old in {**rename.BLANK_NAMES, **rename.TEMPLATE_NAMES} if old not in everything] == []
