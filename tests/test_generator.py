@@ -517,6 +517,8 @@ def test_every_text_the_rename_replaces_is_still_in_the_template() -> None:
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
     texts = []
     for name in files.stdout.splitlines():
+        if name.startswith("generator/") or name == "tests/test_generator.py":
+            continue  # the replacements themselves, and this file
         try:
             texts.append((ROOT / name).read_text())
         except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
