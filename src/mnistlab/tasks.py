@@ -41,7 +41,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     folder_lock.hold(folder, "the run")  # a second start on this folder (resume=) is refused while it runs
     try:
         if cfg.get("engine"):  # engine=ray: Ray's workers run fit_and_test
-            return ray_train.run(cfg, fit_and_test)
+            with hydra_versions.allowed():
+                return ray_train.run(cfg, fit_and_test)
         return fit_and_test(cfg)
     finally:
         folder_lock.release(folder)
