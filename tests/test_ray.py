@@ -151,3 +151,24 @@ def test_an_optuna_sweep_on_ray_prunes_its_hopeless_trial(cluster: tuple[str, di
     result = _train(cluster, *PRUNES_THE_LAST, *on_ray, f"paths.log_dir={tmp_path}", engine=False)
     assert "on Ray" in result.stdout
     check_pruned(tmp_path, result)
+
+
+@pytest.mark.slow
+def test_with_max_failures_ray_starts_the_workers_again_and_they_resume(
+    cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
+) -> None:
+    """engine.failure_config.max_failures=1: rank 1's worker killed at step 30, Ray starts both again, and
+    they continue from the run's last.ckpt (step 20), which this launch wrote, to one process's end."""
+    kill = [
+        "+callbacks.kill._target_=faults.SignalAt",  # a fresh run's rank 1 only: not again once resumed
+        "+callbacks.kill.step=30",
+        "+callbacks.kill.signal=SIGKILL",
+        "+callbacks.kill.rank=1",
+    ]
+    retry = ["engine.failure_config.max_failures=1"]
+    result = _train(cluster, *EQUIVALENCE, *kill, *retry, f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    last = run / "checkpoints" / "last.ckpt"
+    assert f"Resuming from {last}, this run folder's last checkpoint" in (run / "train.log").read_text()
+    assert_trained_as_one_process(run, one_process)

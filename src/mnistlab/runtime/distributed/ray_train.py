@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime.checkpointing import run_folder
 from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.reporting import console
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # conf/hydra/'s, for the workers' logs
@@ -136,6 +137,7 @@ def _worker(config: dict[str, Any]) -> None:
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)
+    console.adopt_lightning_loggers()  # Lightning was imported with this function, before the file had a handler
     context = ray.train.get_context()
     log.info("Ray Train's worker of rank %d of %d (node %d)", rank, context.get_world_size(), context.get_node_rank())
     metrics = config["fit_and_test"](cfg, prepare=prepare_trainer)  # prepare_trainer: Ray's check of the Trainer
