@@ -56,9 +56,9 @@ class Pods:
 
     def delete(self, pod: int) -> None:
         """SIGKILL every process of pod ``pod``, as Kubernetes deleting it."""
-        for pid in _ip("netns", "pids", self.namespaces[pod]).split():
+        for pid in self.pids(pod):
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 

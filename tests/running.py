@@ -88,6 +88,12 @@ def free_port() -> str:
         return str(probe.getsockname()[1])
 
 
+# The logs of a run of four ranks: rank 0's, then one per other global rank.
+FOUR_RANK_LOGS = frozenset(
+    {"train.log", "train_ddp_process_1.log", "train_ddp_process_2.log", "train_ddp_process_3.log"}
+)
+
+
 def one_run(log_dir: Path, logs: set[str] = frozenset({"train.log", "train_ddp_process_1.log"})) -> Path:
     """The one run folder of ``log_dir``: one saved config, one TensorBoard run, one log per rank."""
     (run,) = (log_dir / "train" / "runs").iterdir()

@@ -13,7 +13,7 @@ from mnistlab.runtime.config import hydra_versions
 
 import processes
 from composing import EQUIVALENCE, ROOT, SHORT, SUITE, SUITE_DATA
-from running import assert_one_run, assert_trained_as_one_process, free_port, one_run, run_script
+from running import FOUR_RANK_LOGS, assert_one_run, assert_trained_as_one_process, free_port, one_run, run_script
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,6 @@ def test_gpu_only_strategy_stops_at_once_without_a_gpu(tmp_path: Path) -> None:
 CPU_DDP = ["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu"]  # 2 CPU processes, even beside GPUs
 # Two "machines" of 2 processes on this one (the suite's data reads no files: nothing for the nodes to share).
 FOUR_BY_HAND = ["strategy=ddp", "trainer.devices=2", "trainer.num_nodes=2"]
-FOUR_RANK_LOGS = {"train.log", "train_ddp_process_1.log", "train_ddp_process_2.log", "train_ddp_process_3.log"}
 
 
 def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Path, tmp_path: Path) -> None:

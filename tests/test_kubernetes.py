@@ -16,11 +16,10 @@ from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.distributed import launch
 
 from composing import EQUIVALENCE, SUITE
-from running import assert_trained_as_one_process, one_run
+from running import FOUR_RANK_LOGS, assert_trained_as_one_process, one_run
 
 SCHEMAS = kubeflow.MANIFESTS / "schemas"
 MANIFESTS = {"trainjob.yaml": "trainjob.json", "pytorchjob.yaml": "pytorchjob.json"}
-FOUR_RANK_LOGS = {"train.log", "train_ddp_process_1.log", "train_ddp_process_2.log", "train_ddp_process_3.log"}
 JOB = "train-x7k2p"  # a name the API server made from the manifests' generateName
 
 
