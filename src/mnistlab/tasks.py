@@ -18,7 +18,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime.checkpointing import atomic, folder_lock, resume, run_folder
+from mnistlab.runtime.checkpointing import atomic, checkpoint_io, folder_lock, resume, run_folder
 from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.config.checks import InputError, check_devices
@@ -56,11 +56,14 @@ def fit_and_test(
     with hydra_versions.allowed():  # what conf/ may call, also where train(cfg) is called directly
         # A missing or broken file: one line now, not a traceback from fit; read once, for every check.
         given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
+        start = (cfg.ckpt_path, given) if given is not None else _last_checkpoint(cfg)
+        if start:
+            _refuse_fewer_epochs(cfg, *start)  # before anything is written: Lightning would refuse it mid-way
         config_tree.show(cfg)
         L.seed_everything(cfg.seed, workers=True)
         datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
-        start_from = _before_fit(cfg, prepare(trainer), datamodule, given)
-        _fit(trainer, model, datamodule, start_from)
+        _before_fit(cfg, prepare(trainer), datamodule, start)
+        _fit(trainer, model, datamodule, start[0] if start else None)
         signals.release()  # trained and saved: testing stops at a signal, as any program
         metrics = _floats(trainer.callback_metrics)
         if cfg.get("test", True):
@@ -70,22 +73,32 @@ def fit_and_test(
 
 
 def _before_fit(
-    cfg: DictConfig, trainer: L.Trainer, datamodule: L.LightningDataModule, given: dict[str, Any] | None
-) -> str | None:
-    """What fit starts from (``ckpt_path``, or the run's own ``last.ckpt`` on a restart), once it has been
-    compared with this code and data; the run's overrides logged, a resume recorded."""
+    cfg: DictConfig, trainer: L.Trainer, datamodule: L.LightningDataModule, start: tuple[str, dict[str, Any]] | None
+) -> None:
+    """What fit starts from (``ckpt_path``, or the run's own ``last.ckpt`` on a restart) compared with this code
+    and data; the run's overrides logged; a resume recorded once training starts."""
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
     # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
     if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):  # type: ignore[attr-defined]
         signals.release()  # nothing would act on a stop signal the entry point notes
-    start_from = cfg.get("ckpt_path") or _last_checkpoint(trainer, cfg)
-    if start_from:
-        saved = given if given is not None and start_from == cfg.get("ckpt_path") else load_checkpoint(start_from)
-        run_record.warn_if_different(saved, start_from, run_record.data_files(datamodule))
-    if cfg.get("resume") and trainer.is_global_zero and HydraConfig.initialized():
-        log.info("Recorded this resume in %s", resume.record(cfg, HydraConfig.get().overrides.task))
-    return start_from
+    if start:
+        log.info("Resuming from %s", start[0])
+        run_record.warn_if_different(start[1], start[0], run_record.data_files(datamodule))
+    if cfg.get("resume") and HydraConfig.initialized():
+        trainer.callbacks.append(_RecordResume(cfg, HydraConfig.get().overrides.task))  # type: ignore[attr-defined]
+
+
+class _RecordResume(L.Callback):
+    """Adds ``resume=`` to the run folder's history once training has started from its checkpoint: a resume
+    refused on the way (by Lightning's restore among others) is not replayed by the next one."""
+
+    def __init__(self, cfg: DictConfig, overrides: list[str]) -> None:
+        self.cfg, self.overrides = cfg, overrides
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            log.info("Recorded this resume in %s", resume.record(self.cfg, self.overrides))
 
 
 def _fit(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule, start: str | None) -> None:
@@ -229,24 +242,37 @@ def _checkpointer(trainer: L.Trainer) -> ModelCheckpoint | None:
     return callback if isinstance(callback, ModelCheckpoint) else None
 
 
-def _last_checkpoint(trainer: L.Trainer, cfg: DictConfig) -> str | None:
-    """The run folder's own last.ckpt (written by callbacks.last_checkpoint, beside the best one), if it
-    has one and this run wrote it: a requeued or restarted job, or ``resume=``, continues from it."""
-    if any(Path(trainer.default_root_dir).glob("hpc_ckpt_*.ckpt")):
+def _last_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
+    """The run folder's own last.ckpt, read, if it has one and this run wrote it: a requeued or restarted
+    job, or ``resume=``, continues from it."""
+    folder = Path(cfg.paths.output_dir)
+    if any(folder.glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
-    callback = _checkpointer(trainer)
-    last = Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}.ckpt" if callback and callback.dirpath else None
-    if last is None or not last.is_file():
+    last = folder / run_folder.LAST_CHECKPOINT
+    if not last.is_file():
         return None
-    writer = load_checkpoint(last, what="last.ckpt").get(RUN_ID_KEY)
+    checkpoint = load_checkpoint(last, what="last.ckpt")
+    writer = checkpoint.get(RUN_ID_KEY)
     if not cfg.get("resume") and (writer is None or writer != launch.run_id()):
-        raise InputError(
-            f"{last.parent.parent} already holds a run's checkpoints/last.ckpt (written by "
+        raise InputError(  # ownership.OwnFolder refuses it before Hydra writes; train(cfg) called directly, here
+            f"{folder} already holds a run's {run_folder.LAST_CHECKPOINT} (written by "
             f"{writer or 'a run started by hand'}), and this run did not write it. Continue that run with "
-            f"python train.py resume={last.parent.parent}, or start this one in a folder of its own"
+            f"python train.py resume={folder}, or "
+            "start this one in a folder of its own"
         )
-    log.info("Resuming from %s, this run folder's last checkpoint", last)
-    return str(last)
+    return str(last), checkpoint
+
+
+def _refuse_fewer_epochs(cfg: DictConfig, path: str, checkpoint: dict[str, Any]) -> None:
+    """A checkpoint that has trained more epochs than ``trainer.max_epochs``: one line, before anything is
+    written or recorded (Lightning refuses it while restoring, after the loggers and the resume's record)."""
+    epochs, limit = checkpoint_io.trained_epochs(checkpoint), cfg.trainer.get("max_epochs")
+    if isinstance(limit, int) and limit >= 0 and epochs > limit:
+        named = f"resume={cfg.resume}" if cfg.get("resume") else f"ckpt_path={path}"
+        raise InputError(
+            f"{named} has trained {epochs} epochs, more than trainer.max_epochs={limit}: nothing was changed; "
+            f"give trainer.max_epochs={epochs} or more"
+        )
 
 
 def _finish(metrics: dict[str, float], trainer: L.Trainer, cfg: DictConfig) -> None:

@@ -38,7 +38,7 @@ def hold(folder: Path, what: str) -> None:
     """Take ``folder``'s lock for this process, or refuse: ``what`` names the folder in the message
     ("the run", "the sweep"). A second call for a folder already held here does nothing."""
     folder = folder.resolve()
-    if folder in _held or not _rank_zero():
+    if folder in _held or not rank_zero():
         return
     folder.mkdir(parents=True, exist_ok=True)
     file = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 (kept open: closing it would release the lock)
@@ -63,7 +63,7 @@ def hold(folder: Path, what: str) -> None:
 def refuse_if_held(folder: Path, what: str) -> None:
     """Refuse as :func:`hold` does where another process holds ``folder``, without taking its lock or
     writing anything: a start that may yet be refused for another reason leaves the folder as it was."""
-    if folder.resolve() in _held or not _rank_zero():
+    if folder.resolve() in _held or not rank_zero():
         return
     try:
         file = open(folder / LOCK_FILE)  # noqa: SIM115 (a folder no process ever held has none)
@@ -101,5 +101,6 @@ class SweepLock(Callback):
         release(Path(config.hydra.sweep.dir))
 
 
-def _rank_zero() -> bool:
+def rank_zero() -> bool:
+    """Whether this process is the run's first (no launcher's or Lightning's rank variable says otherwise)."""
     return all(os.environ.get(name, "0") == "0" for name in RANKS)

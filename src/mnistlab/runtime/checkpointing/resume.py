@@ -38,7 +38,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime.checkpointing import folder_lock
 from mnistlab.runtime.checkpointing.checkpoint_checks import broken_checkpoint
-from mnistlab.runtime.checkpointing.run_folder import FAILURE_FILE, METRICS_FILE, SWEEP_FILE
+from mnistlab.runtime.checkpointing.run_folder import (
+    FAILURE_FILE,
+    LAST_CHECKPOINT,
+    METRICS_FILE,
+    SAVED_OVERRIDES,
+    SWEEP_FILE,
+    is_run,
+)
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.config.checks import InputError
 
@@ -130,7 +137,7 @@ def record(cfg: DictConfig, overrides: Sequence[str]) -> Path:
 def latest_overrides(folder: Path) -> Path:
     """The overrides the run was last started with: its newest resume's, else its launch's."""
     resumes = sorted((folder / HISTORY).glob("*/overrides.yaml"))
-    return resumes[-1] if resumes else folder / ".hydra" / "overrides.yaml"
+    return resumes[-1] if resumes else folder / SAVED_OVERRIDES
 
 
 def _replayable(folder: Path) -> list[str]:
@@ -243,11 +250,16 @@ def _safe(saved: list[str]) -> list[str]:
 
 
 def _check(folder: Path, from_checkpoint: bool) -> None:
+    if folder.is_file():
+        then = f"; to start from a checkpoint file, give ckpt_path={folder}" if folder.suffix == ".ckpt" else ""
+        raise InputError(
+            f"resume={folder} is a file, not a run folder: name the folder that holds the run's .hydra/{then}"
+        )
     if not folder.is_dir():
         raise InputError(f"resume={folder}: no such folder; name a run's folder, e.g. outputs/train/runs/<date>_<time>")
-    if not (folder / ".hydra" / "overrides.yaml").is_file():
-        raise InputError(f"resume={folder} is not a run folder (no .hydra/overrides.yaml in it)")
-    last = folder / "checkpoints" / "last.ckpt"
+    if not is_run(folder):
+        raise InputError(f"resume={folder} is not a run folder (no {SAVED_OVERRIDES} in it)")
+    last = folder / LAST_CHECKPOINT
     if from_checkpoint or any(folder.glob("hpc_ckpt_*.ckpt")):
         return  # ckpt_path= names the checkpoint to continue from (tasks.train checks it)
     if not last.is_file():

@@ -13,11 +13,13 @@ only joins it.
 """
 
 import os
+import re
 import shutil
 import time
 from pathlib import Path
 
 from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.config.checks import InputError
 
 # What a run's folder holds, by name: every module that writes or reads one of them names it from here.
 METRICS_FILE = "metrics.json"  # every metric of a finished run (rank 0); read back by sweeps and resume
@@ -28,6 +30,9 @@ TREE_FILE = "config_tree.txt"  # the composed config as a tree (config_tree.py)
 TRACKERS_FILE = "trackers.json"  # {"mlflow": <run id>, "wandb": <run id>}: the tracker runs it logs into
 PRUNED_FILE = "pruned.txt"  # a job an Optuna pruner stopped: when and why (sweeps/pruning.py)
 LOCK_FILE = ".lock"  # run and sweep folders: the process that holds it, host and pid (folder_lock.py)
+SAVED_OVERRIDES = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's start: what makes a folder a run
+LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"  # conf/callbacks/last_checkpoint.yaml: where a run resumes from
+RANK_LOG = "*_ddp_process_*.log"  # the log of a rank beyond 0 (launch.py), which may open before rank 0 starts
 # And a sweep's folder, beside its jobs' folders:
 SWEEP_FILE = "multirun.yaml"  # Hydra's record of the sweep: its config and overrides
 SUMMARY_FILE = "summary.csv"  # the table of its jobs (sweeps/summary.py)
@@ -37,12 +42,16 @@ FIGURE_FILE = "comparison.png"  # the jobs compared (sweeps/comparison.py)
 RESOLVER = "claim_folder"
 RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set: the name all ranks agreed on (launch.py), or a
 # Kubernetes job's (deploy/kubernetes/), which its restarted pods keep: they resume from its last.ckpt
+NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run id is one folder's name: no separator, so it stays in its parent
+NAME_MAX = 255  # bytes in a file name, on Linux's file systems and macOS's
 _made_here: set[Path] = set()  # the folders this process claimed
 
 
 def claim(parent: str) -> str:
     """``<parent>/<name>``: a folder that this run alone has, made now; or the one its launcher named."""
     if given := os.environ.get(RUN_ID):
+        if problem := bad_run_id(given):  # ownership.OwnFolder says so first, in one line
+            raise InputError(problem)
         return str(Path(parent) / given)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     folder, n = Path(parent) / stamp, 1
@@ -60,6 +69,32 @@ def claim(parent: str) -> str:
         return str(folder)
 
 
+def bad_run_id(given: str) -> str | None:
+    """What is wrong with ``given`` as the name of a run folder, or None."""
+    if NAME.fullmatch(given) and given not in (".", "..") and len(given.encode()) <= NAME_MAX:
+        return None
+    return (
+        f"{RUN_ID}={given!r} is not a folder's name: it names the run folder inside outputs/ and takes letters, "
+        f"digits, '.', '_' and '-' (at most {NAME_MAX} bytes, not '.' or '..'); unset it or give it such a name"
+    )
+
+
+def is_free(folder: Path) -> bool:
+    """Whether a run may take ``folder``: it is new, empty or made by this process; other ranks' logs aside."""
+    if not folder.exists() or folder.resolve() in _made_here:
+        return True
+    return folder.is_dir() and all(path.match(RANK_LOG) for path in folder.iterdir())
+
+
+def is_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a run (or a sweep's job) that Hydra started: its saved overrides."""
+    return (folder / SAVED_OVERRIDES).is_file()
+
+
+def is_sweep(folder: Path) -> bool:
+    return (folder / SWEEP_FILE).is_file()
+
+
 def discard_if_unused(folder: Path) -> None:
     """Delete ``folder`` if this process made it and nothing of a run is in it yet (a refused run):
     only its saved config (.hydra/, config_tree.txt), its record (run_info.json, .diff), lock and logs."""
@@ -75,7 +110,7 @@ def discard_if_unused(folder: Path) -> None:
 def saved_once(output_dir: str) -> str | None:
     """``hydra.output_subdir`` for a job of a resumed sweep (runtime/checkpointing/resume.py): ``.hydra`` for a job that
     never started; null for one that did, whose ``.hydra/`` keeps the config it started with."""
-    return None if (Path(output_dir) / ".hydra" / "overrides.yaml").is_file() else ".hydra"
+    return None if is_run(Path(output_dir)) else ".hydra"
 
 
 hydra_versions.register_resolver(RESOLVER, claim, use_cache=True)

@@ -146,6 +146,7 @@ class RunConfig(Node):
     float32_matmul_precision: Literal["highest", "high", "medium"]
     monitor: str  # a metric the module logs at validation
     mode: Literal["min", "max"]
+    allow_cpu_oversubscription: bool = False  # checks.check_cpu_processes
     data: Target  # the data module: its own signature checks its keys (signatures.py)
     model: Model
     trainer: Trainer
