@@ -1,4 +1,5 @@
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -238,3 +239,34 @@ def test_an_entry_point_refuses_a_group_set_to_null_in_one_line(tmp_path: Path) 
             "Error: hydra/launcher=null: a group's choice is a file of conf/hydra/launcher/; to switch "
             "hydra/launcher off, write ~hydra/launcher"
         )
+
+
+@pytest.mark.parametrize(
+    "devices,cores,free_gb,refused",
+    [
+        (2, 2, 20, None),
+        (4, 2, 20, None),  # the README's trainer.devices=4 on a 2-core machine: a warning
+        (5, 2, 20, "lower trainer.devices (at most 4 here)"),
+        (64, 2, 20, "lower trainer.devices (at most 4 here)"),
+        (8, 16, 1, "lower trainer.devices"),  # 8 copies of this process do not fit in 1 GB
+    ],
+)
+def test_cpu_processes_past_the_cores_are_warned_of_and_past_twice_or_the_memory_refused(
+    devices: int, cores: int, free_gb: int, refused: str | None, monkeypatch, caplog, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(checks, "_cores", lambda: cores)
+    monkeypatch.setattr(checks, "_available_bytes", lambda: free_gb * 2**30)
+    cfg = compose_config("train", tmp_path, [f"trainer.devices={devices}", "strategy=ddp", "trainer.accelerator=cpu"])
+    processes = devices
+    with caplog.at_level(logging.WARNING):
+        if refused:
+            with pytest.raises(InputError) as error:
+                checks.check_cpu_processes(cfg)
+            assert f"starts {processes} processes on this machine's {cores} CPU cores" in str(error.value)
+            assert f"{free_gb:.1f} GB of memory available" in str(error.value) and refused in str(error.value)
+            cfg.allow_cpu_oversubscription = True  # insisting: the same numbers, as a warning
+            checks.check_cpu_processes(cfg)
+        else:
+            checks.check_cpu_processes(cfg)
+    warned = [r.getMessage() for r in caplog.records if "CPU cores" in r.getMessage()]
+    assert len(warned) == (1 if processes > cores or refused else 0)

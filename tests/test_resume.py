@@ -96,10 +96,20 @@ def test_overrides_given_when_resuming_replace_the_runs_own(tmp_path: Path) -> N
     assert resume.split(argv[1:-2]) == (["model.net.hidden=64"], ["trainer.max_epochs=5"])
 
 
+def _a_file(path: Path) -> Path:
+    path.write_bytes(b"PK")
+    return path
+
+
 @pytest.mark.parametrize(
     "make,message",
     [
         (lambda p: p / "nope", "no such folder"),
+        (
+            lambda p: _a_file(p / "last.ckpt"),
+            "last.ckpt is a file, not a run folder: name the folder that holds the run's .hydra/; to start from "
+            + "a checkpoint file, give ckpt_path=",
+        ),
         (lambda p: p, "is not a run folder (no .hydra/overrides.yaml in it)"),
         (
             lambda p: (p / ".hydra").mkdir() or (p / ".hydra" / "overrides.yaml").write_text("[]") and p,
@@ -342,6 +352,28 @@ def test_a_finished_run_given_to_resume_is_refused_in_one_line_and_changes_nothi
     assert longer["val/acc_best"] >= metrics["val/acc_best"]
     assert json.loads((run / "metrics.json").read_text()) == pytest.approx(longer)
     assert _last(run)["epoch"] == 1
+
+
+def test_resuming_with_fewer_epochs_than_trained_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Lightning would refuse it while restoring, after the loggers and the resume's record had written."""
+    _, run = _finished_run(tmp_path / "run", "trainer.max_epochs=2", "logger=tensorboard")
+    (run / "metrics.json").unlink()  # stopped after its second epoch
+    before = _contents(run)
+    for fewer, named in ((f"resume={run}", f"resume={run}"), (f"ckpt_path={_last_path(run)}", "ckpt_path=")):
+        with pytest.raises(InputError) as refused:
+            train(compose_config("train", run, [*RUN, "trainer.max_epochs=1", fewer]))
+        assert str(refused.value).startswith(named)
+        assert str(refused.value).endswith(
+            "has trained 2 epochs, more than trainer.max_epochs=1: nothing was changed; give trainer.max_epochs=3 or "
+            "more to train it further"
+        )
+    assert {k: v for k, v in _contents(run).items() if k != folder_lock.LOCK_FILE} == {
+        k: v for k, v in before.items() if k != folder_lock.LOCK_FILE
+    }
+
+
+def _last_path(run: Path) -> Path:
+    return run / "checkpoints" / "last.ckpt"
 
 
 def test_a_run_continued_after_its_training_ended_reports_every_metric(tmp_path: Path) -> None:

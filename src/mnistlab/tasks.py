@@ -83,7 +83,8 @@ def _before_fit(
     if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):  # type: ignore[attr-defined]
         signals.release()  # nothing would act on a stop signal the entry point notes
     if start:
-        log.info("Resuming from %s", start[0])
+        if start[0] != cfg.get("ckpt_path"):
+            log.info("Resuming from %s, this run folder's last checkpoint", start[0])
         run_record.warn_if_different(start[1], start[0], run_record.data_files(datamodule))
     if cfg.get("resume") and HydraConfig.initialized():
         trainer.callbacks.append(_RecordResume(cfg, HydraConfig.get().overrides.task))  # type: ignore[attr-defined]
@@ -271,7 +272,7 @@ def _refuse_fewer_epochs(cfg: DictConfig, path: str, checkpoint: dict[str, Any])
         named = f"resume={cfg.resume}" if cfg.get("resume") else f"ckpt_path={path}"
         raise InputError(
             f"{named} has trained {epochs} epochs, more than trainer.max_epochs={limit}: nothing was changed; "
-            f"give trainer.max_epochs={epochs} or more"
+            f"give trainer.max_epochs={epochs + 1} or more to train it further"
         )
 
 

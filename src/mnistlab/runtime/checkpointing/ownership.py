@@ -45,7 +45,7 @@ class OwnFolder(Callback):
 
 
 def _refuse_a_bad_run_id() -> None:
-    if (given := os.environ.get(run_folder.RUN_ID)) is not None and (problem := run_folder.bad_run_id(given)):
+    if (given := os.environ.get(run_folder.RUN_ID)) and (problem := run_folder.bad_run_id(given)):  # "": unset
         raise SystemExit(f"Error: {problem}")
 
 

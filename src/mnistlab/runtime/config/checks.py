@@ -66,20 +66,23 @@ def check_cpu_processes(cfg: DictConfig) -> None:
     past its cores they share them (a warning), past ``PER_CORE`` per core or past what its memory holds at
     this process's size they are refused in one line, unless ``allow_cpu_oversubscription=true``."""
     processes, cores = _cpu_processes(cfg.trainer.get("devices")), _cores()
-    if processes <= cores:
+    if processes <= 1:
         return
     size, free = _resident_bytes(), _available_bytes()
     numbers = (
         f"trainer.devices={processes} starts {processes} processes on this machine's {cores} CPU cores, each at "
         f"least {size / 2**20:.0f} MB (this one, before loading data), {free / 2**30:.1f} GB of memory available"
     )
-    too_many = processes > PER_CORE * cores or (free and processes * size > free)
+    too_many = processes > PER_CORE * cores or bool(free and processes * size > free)
     if too_many and not cfg.get(INSIST, False):
         raise InputError(
             f"{numbers}: too many to run side by side; lower trainer.devices (at most {PER_CORE * cores} here), or "
             f"insist with {INSIST}=true"
         )
-    log.warning("%s: they share the cores, so each step takes longer than with %d", numbers, cores)
+    if processes > cores:
+        log.warning("%s: they share the cores, so each step takes longer than with %d", numbers, cores)
+    elif too_many:
+        log.warning("%s: they may not fit in memory together", numbers)
 
 
 def _cpu_processes(devices: object) -> int:
