@@ -7,11 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 # What the machinery's tests train: the suite's own task (tests/suite_task.py, tests/conf/), never the example,
 # so that they pass whatever a user makes of network.py, module.py, data.py, conf/data/ and conf/model/.
@@ -50,6 +53,17 @@ def start(
     )
     started.append(process)
     return process
+
+
+def until(condition: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
+    """Poll ``condition`` until it returns something true, and return that; past ``timeout`` s, fail the
+    test saying ``what`` was awaited."""
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:g} s")
+        time.sleep(every)
+    return result
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 300) -> str:

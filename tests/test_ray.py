@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +173,81 @@ def test_with_max_failures_ray_starts_the_workers_again_and_they_resume(
     last = run / "checkpoints" / "last.ckpt"
     assert f"Resuming from {last}, this run folder's last checkpoint" in (run / "train.log").read_text()
     assert_trained_as_one_process(run, one_process)
+
+
+GCS_PROBE = """
+import sys
+from ray._raylet import GcsClient
+try:
+    GcsClient(address=sys.argv[1]).internal_kv_get(b"probe", None, timeout=10)
+    print("answered")
+except Exception as err:
+    print(type(err).__name__)
+"""  # a request to the GCS at argv[1], with whatever token the environment gives
+
+
+def _started_by(raylet: int) -> list[int]:
+    """The processes whose environment names ``raylet``: what it started (agents, workers)."""
+    mark = f"RAY_RAYLET_PID={raylet}".encode()
+    found = []
+    for process in Path("/proc").iterdir():
+        try:
+            if process.name.isdigit() and mark in (process / "environ").read_bytes().split(b"\0"):
+                found.append(int(process.name))
+        except OSError:
+            pass
+    return [pid for pid in found if _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, waiting for a parent to reap it, does not)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> dict[int, str]:
+    command = ["ps", "-o", "pid=,comm=", "--ppid", str(pid)]
+    listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return {int(pid): name for pid, name in (line.split(None, 1) for line in listed.splitlines())}
+
+
+@pytest.mark.slow
+def test_a_local_ray_cluster_keeps_its_token_private_and_ends_with_its_driver(tmp_path: Path) -> None:
+    """engine.address null: the driver starts a cluster of this machine for the run. Its token is in no file
+    (Ray's default, ~/.ray/auth_token, is readable by every user); a client without it is refused; its
+    processes listen where Ray binds them (listed); SIGKILL of the driver leaves none of them behind."""
+    home = tmp_path / "home"
+    home.mkdir()
+    command = processes.python(
+        "train.py", *RAY, "trainer.accelerator=cpu", "trainer.max_epochs=100", f"paths.log_dir={tmp_path}"
+    )
+    driver = processes.start(command, env=os.environ | {"HOME": str(home)}, output=subprocess.DEVNULL)
+    log = processes.until(lambda: next(tmp_path.glob("train/runs/*/train.log"), None), 120, "the run's train.log")
+    processes.until(lambda: "Ray Train's worker of rank 0" in log.read_text(), 120, "Ray's workers training")
+    (raylet,) = [pid for pid, name in _children(driver.pid).items() if name == "raylet"]
+    (gcs,) = [pid for pid, name in _children(driver.pid).items() if name == "gcs_server"]
+    cluster = {driver.pid, raylet, gcs, *_started_by(raylet)}
+    sockets = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
+    listening = {line.split()[3]: line for line in sockets if any(f"pid={pid}," in line for pid in cluster)}
+    print("listening:", *sorted(listening.values()), sep="\n")  # where Ray 2.60 binds: see local_ray.py
+    (gcs_port,) = {address.rpartition(":")[2] for address, line in listening.items() if f"pid={gcs}," in line}
+    assert not (home / ".ray").exists()
+    token = (Path("/proc") / str(raylet) / "environ").read_bytes().split(b"RAY_AUTH_TOKEN=")[1].split(b"\0")[0]
+    for given, answered in (
+        ({}, False),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "wrong"}, False),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token.decode()}, True),
+    ):
+        client = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"} | {"HOME": str(home)} | given
+        probe = processes.run([sys.executable, "-c", GCS_PROBE, f"127.0.0.1:{gcs_port}"], env=client, timeout=60)
+        assert probe.stdout.strip() == ("answered" if answered else "AuthenticationError"), probe.stderr[-2000:]
+
+    driver.kill()  # SIGKILL: no atexit, no ray.shutdown
+    driver.wait()
+
+    def ended() -> bool:
+        return not _started_by(raylet) and not any(map(_running, (raylet, gcs)))
+
+    processes.until(ended, 15, "the GCS, raylet, agents and workers of the killed driver's cluster ending")

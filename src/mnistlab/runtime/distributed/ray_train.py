@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime.checkpointing import run_folder
 from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.distributed import local_ray
 from mnistlab.runtime.reporting import console
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,11 @@ def connect(address: str | None, timeout_s: float, key: str) -> None:
                 f"{key}.address={address}: no Ray cluster answered there within {timeout_s:g} s "
                 f"({key}.connect_timeout_s): {err}. Start one (ray start --head) or leave {key}.address null"
             ) from err
-    if not ray.is_initialized():
+    if ray.is_initialized():
+        return
+    if address is None:  # a cluster of this machine, the run's alone (local_ray.py)
+        local_ray.start(include_dashboard=False, logging_level=logging.WARNING)
+    else:
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
 
 
