@@ -36,7 +36,7 @@ def start(**init: Any) -> None:
     os.environ[TOKEN] = secrets.token_hex(32)  # inherited by the processes ray.init starts
     ray.init(**init)
     node = ray._private.worker._global_node  # Ray's handle on the processes it started (no public API)
-    raylets = node.all_processes.get("raylet", []) if node is not None else []
+    raylets: list[Any] = node.all_processes.get("raylet", []) if node is not None else []
     if sys.platform.startswith("linux") and raylets:  # the agents' environment is read from /proc
         global _reaper
         command = [sys.executable, "-m", __name__, str(raylets[0].process.pid)]
