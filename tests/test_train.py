@@ -1,5 +1,7 @@
 import re
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -13,6 +15,7 @@ from mnistlab.tasks import evaluate, train
 from mnistlab.trained import loading
 
 import onnx_models
+import processes
 from composing import SHORT, SUITE_DATA, TRUSTED, compose_config
 from running import run_script
 
@@ -177,17 +180,24 @@ def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Pat
     assert isinstance(profiled.profiler, SimpleProfiler)
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A 4 MiB file system (tmpfs): room for one 2.4 MB checkpoint, not two."""
-    disk = tmp_path / "disk"
+@contextmanager
+def _tmpfs(disk: Path, size: str) -> Iterator[Path]:
     disk.mkdir()
-    command = ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)]
+    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)]
     mounted = subprocess.run(command, capture_output=True, check=False, timeout=30)
     if mounted.returncode:
         pytest.skip(f"mounting a small tmpfs needs root: {mounted.stderr.decode().strip()}")  # in CI: a failure
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB file system (tmpfs): room for one 2.4 MB checkpoint, not two."""
+    with _tmpfs(tmp_path / "disk", "4m") as disk:
+        yield disk
 
 
 @pytest.mark.slow
@@ -203,6 +213,35 @@ def test_a_full_disk_is_one_line_and_the_checkpoints_before_stay_whole(small_dis
     (best,) = (small_disk / "checkpoints").glob("epoch*.ckpt")  # written first, whole
     assert torch.load(best, weights_only=True)["global_step"] == 20
     assert not last.exists() and not list(small_disk.rglob("*.partial"))
+
+
+@pytest.mark.slow
+def test_after_a_full_disk_a_resume_goes_on_from_the_newest_checkpoint_and_keeps_its_new_top_k(tmp_path: Path) -> None:
+    """8 MiB, 2.4 MB checkpoints, the 3 best kept: epoch 1's best is written, its last.ckpt is not. The resume
+    goes on from epoch 1's best (last.ckpt would train epoch 1 again, and write its best again as a -v1 copy),
+    and save_top_k=1 given now deletes the best checkpoints beyond one, so the disk holds the rest of the run."""
+    wide = [
+        "model.net.hidden=2200",
+        "logger=none",
+        *SHORT,
+        "trainer.max_epochs=3",
+        "callbacks.model_checkpoint.save_top_k=3",
+    ]
+    with _tmpfs(tmp_path / "disk", "8m") as disk:
+        command = processes.python("train.py", "trainer.accelerator=cpu", *wide, f"hydra.run.dir={disk}")
+        stopped = processes.finish(processes.start(command), timeout=300)  # stdout and stderr as one terminal shows
+        last = disk / "checkpoints" / "last.ckpt"
+        assert f"\nError: cannot write the checkpoint {last}: no space left on its disk" in stopped, stopped[-3000:]
+        best = sorted((disk / "checkpoints").glob("epoch*.ckpt"))
+        assert [torch.load(p, weights_only=True)["global_step"] for p in (*best, last)] == [20, 40, 20]
+
+        resumed = run_script("train.py", f"resume={disk}", "callbacks.model_checkpoint.save_top_k=1")
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        log = (disk / "train.log").read_text()
+        assert f"{best[1].name} is newer than last.ckpt, which could not be written then: continuing from it" in log
+        kept = sorted(p.name for p in (disk / "checkpoints").iterdir())
+        assert len(kept) == 2 and "last.ckpt" in kept and not any("-v" in name for name in kept), kept
+        assert torch.load(last, weights_only=True)["global_step"] == 60
 
 
 @pytest.mark.slow

@@ -62,8 +62,8 @@ def fit_and_test(
         config_tree.show(cfg)
         L.seed_everything(cfg.seed, workers=True)
         datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
-        _before_fit(cfg, prepare(trainer), datamodule, start)
-        _fit(trainer, model, datamodule, start[0] if start else None)
+        start_from = _before_fit(cfg, prepare(trainer), datamodule, start)
+        _fit(trainer, model, datamodule, start_from)
         signals.release()  # trained and saved: testing stops at a signal, as any program
         metrics = _floats(trainer.callback_metrics)
         if cfg.get("test", True):
@@ -74,9 +74,9 @@ def fit_and_test(
 
 def _before_fit(
     cfg: DictConfig, trainer: L.Trainer, datamodule: L.LightningDataModule, start: tuple[str, dict[str, Any]] | None
-) -> None:
-    """What fit starts from (``ckpt_path``, or the run's own ``last.ckpt`` on a restart) compared with this code
-    and data; the run's overrides logged; a resume recorded once training starts."""
+) -> str | None:
+    """What fit starts from (``ckpt_path``, or the run's own ``last.ckpt`` on a restart), compared with this
+    code and data; the run's overrides logged; a resume recorded once training starts."""
     _log_overrides(cfg)
     launch.isolate_restarted_workers(trainer.strategy)
     # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
@@ -84,10 +84,13 @@ def _before_fit(
         signals.release()  # nothing would act on a stop signal the entry point notes
     if start:
         if start[0] != cfg.get("ckpt_path"):
+            if folder_lock.rank_zero():  # a newer checkpoint than last.ckpt becomes last.ckpt (the others read either)
+                start = str(resume.adopt_as_last(Path(start[0]))), start[1]
             log.info("Resuming from %s, this run folder's last checkpoint", start[0])
         run_record.warn_if_different(start[1], start[0], run_record.data_files(datamodule))
     if cfg.get("resume") and HydraConfig.initialized():
         trainer.callbacks.append(_RecordResume(cfg, HydraConfig.get().overrides.task))  # type: ignore[attr-defined]
+    return start[0] if start else None
 
 
 class _RecordResume(L.Callback):
@@ -110,6 +113,9 @@ def _fit(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDa
         raise launch.rendezvous_failure(err) from err
     except RuntimeError as err:  # DistBackendError among them: a rank that stopped answering
         raise launch.lost_peer(err, trainer) from err
+    finally:
+        if trainer.progress_bar_callback is not None and trainer.interrupted and trainer.is_global_zero:
+            print(flush=True)  # end the progress bar's line: the one line that says why stands on its own
 
 
 def _test(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDataModule) -> dict[str, float]:
@@ -244,24 +250,23 @@ def _checkpointer(trainer: L.Trainer) -> ModelCheckpoint | None:
 
 
 def _last_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
-    """The run folder's own last.ckpt, read, if it has one and this run wrote it: a requeued or restarted
-    job, or ``resume=``, continues from it."""
+    """The run folder's own last checkpoint, read, if it has one and this run wrote it: a requeued or restarted
+    job, or ``resume=``, continues from it (``resume.continue_from``: last.ckpt, or a newer one of the run's)."""
     folder = Path(cfg.paths.output_dir)
     if any(folder.glob("hpc_ckpt_*.ckpt")):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
-    last = folder / run_folder.LAST_CHECKPOINT
-    if not last.is_file():
+    path = resume.continue_from(folder)
+    if path is None:
         return None
-    checkpoint = load_checkpoint(last, what="last.ckpt")
+    checkpoint = load_checkpoint(path, what=path.name)
     writer = checkpoint.get(RUN_ID_KEY)
     if not cfg.get("resume") and (writer is None or writer != launch.run_id()):
         raise InputError(  # ownership.OwnFolder refuses it before Hydra writes; train(cfg) called directly, here
             f"{folder} already holds a run's {run_folder.LAST_CHECKPOINT} (written by "
             f"{writer or 'a run started by hand'}), and this run did not write it. Continue that run with "
-            f"python train.py resume={folder}, or "
-            "start this one in a folder of its own"
+            f"python train.py resume={folder}, or start this one in a folder of its own"
         )
-    return str(last), checkpoint
+    return str(path), checkpoint
 
 
 def _refuse_fewer_epochs(cfg: DictConfig, path: str, checkpoint: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ whoever trusts them.
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Sequence
@@ -262,12 +263,12 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
     last = folder / LAST_CHECKPOINT
     if from_checkpoint or any(folder.glob("hpc_ckpt_*.ckpt")):
         return  # ckpt_path= names the checkpoint to continue from (tasks.train checks it)
-    if not last.is_file():
+    if not last.is_file() and not newer_than_last(folder):
         raise InputError(
             f"resume={folder} has no checkpoints/last.ckpt: the run stopped before its first checkpoint, so there "
             "is nothing to resume; start it again with the overrides in its .hydra/overrides.yaml"
         )
-    if problem := broken_checkpoint(last):
+    if last.is_file() and (problem := broken_checkpoint(last)):
         whole = [
             p for p in sorted(last.parent.glob("*.ckpt"), key=lambda p: -p.stat().st_mtime) if not broken_checkpoint(p)
         ]
@@ -278,6 +279,47 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
             else "no other checkpoint beside it is whole: start the run again"
         )
         raise InputError(f"resume={folder}: its checkpoints/last.ckpt is not a whole checkpoint ({problem}); {then}")
+
+
+def newer_than_last(folder: Path) -> list[Path]:
+    """The whole checkpoints of the run's checkpoints/ written after its last.ckpt (all of them where it has
+    none), newest first: a best checkpoint saved at an epoch's end whose last.ckpt could not be written (a full
+    disk) holds that epoch, which a resume from last.ckpt would train again (and save again, as a -v1 copy)."""
+    last = folder / LAST_CHECKPOINT
+    since = last.stat().st_mtime if last.is_file() else float("-inf")
+    found = [
+        path
+        for path in last.parent.glob("*.ckpt")
+        if path != last and path.stat().st_mtime > since and not broken_checkpoint(path)
+    ]
+    return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def continue_from(folder: Path) -> Path | None:
+    """The checkpoint the run in ``folder`` continues from: its last.ckpt, or a newer whole one
+    (:func:`newer_than_last`)."""
+    last = folder / LAST_CHECKPOINT
+    if newer := newer_than_last(folder):
+        log.warning("%s is newer than last.ckpt, which could not be written then: continuing from it", newer[0].name)
+        return newer[0]
+    return last if last.is_file() else None
+
+
+def adopt_as_last(checkpoint: Path) -> Path:
+    """Make ``checkpoint`` (of :func:`continue_from`) the run's last.ckpt, as a hard link (no space taken), so
+    that the run goes on as from any last.ckpt: Lightning never deletes the file a run resumed from, and would
+    keep that best checkpoint beyond save_top_k. Where the file system has no hard links, ``checkpoint`` as it is."""
+    last = checkpoint.parent / LAST_CHECKPOINT.name
+    if checkpoint == last:
+        return last
+    linked = last.with_name(f".{last.name}.{os.getpid()}.link")
+    try:
+        os.link(checkpoint, linked)
+        os.replace(linked, last)  # atomic: last.ckpt is the old one or this one, never neither
+    except OSError:
+        linked.unlink(missing_ok=True)
+        return checkpoint
+    return last
 
 
 def _key(override: str) -> str:
