@@ -372,6 +372,25 @@ def test_resuming_with_fewer_epochs_than_trained_is_refused_before_anything_is_w
     }
 
 
+def test_a_resume_record_left_by_a_refused_resume_of_an_older_version_is_told_how_to_go_on(tmp_path: Path) -> None:
+    """Older versions recorded a resume with fewer epochs before Lightning refused it; its record is replayed."""
+    _, run = _finished_run(tmp_path / "run", "trainer.max_epochs=2")
+    (run / "metrics.json").unlink()
+    record = run / resume.HISTORY / "2026-01-01_00-00-00"
+    record.mkdir(parents=True)
+    (record / "overrides.yaml").write_text("- model.net.hidden=64\n- trainer.max_epochs=1\n")
+    replayed = resume.expand(["train.py", f"resume={run}"])
+    assert "trainer.max_epochs=1" in replayed
+    with pytest.raises(
+        InputError, match="more than trainer.max_epochs=1: nothing was changed; give trainer.max_epochs=3"
+    ):
+        train(compose_config("train", run, [*RUN, "logger=none", "trainer.max_epochs=1", f"resume={run}"]))
+    again = resume.expand(["train.py", f"resume={run}", "trainer.max_epochs=3"])  # as the line says
+    assert again[-4:-2] == [f"resume='{run}'", "trainer.max_epochs=3"]
+    metrics = train(compose_config("train", run, [*RUN, "logger=none", "trainer.max_epochs=3", f"resume={run}"]))
+    assert _last(run)["epoch"] == 2 and metrics["val/acc_best"] > 0
+
+
 def _last_path(run: Path) -> Path:
     return run / "checkpoints" / "last.ckpt"
 
