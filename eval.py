@@ -7,7 +7,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mnistlab.runtime.config import checks, hydra_versions, schema
+from mnistlab.runtime.config import checks, hydra_versions, overrides, schema
 from mnistlab.runtime.distributed import launch
 from mnistlab.runtime.reporting import failures
 
@@ -27,5 +27,6 @@ def main(cfg: DictConfig) -> None:
 if __name__ == "__main__":
     with failures.reported():
         checks.group_set_to_null(sys.argv, Path(__file__).parent / "conf")  # one line, not Hydra's traceback
+        overrides.refuse_unknown_keys(sys.argv, Path(__file__).parent / "conf", "eval", schema.EvalConfig)
     sys.argv += launch.join_external_launch("eval")  # under torchrun: one run folder for all ranks
     main()

@@ -270,3 +270,32 @@ def test_cpu_processes_past_the_cores_are_warned_of_and_past_twice_or_the_memory
             checks.check_cpu_processes(cfg)
     warned = [r.getMessage() for r in caplog.records if "CPU cores" in r.getMessage()]
     assert len(warned) == (1 if processes > cores or refused else 0)
+
+
+@pytest.mark.parametrize(
+    "override,closest",
+    [
+        ("data.batch_sise=32", "data.batch_size"),  # the data module's argument
+        ("trainer.max_epoch=3", "trainer.max_epochs"),  # Lightning's
+        ("model.net.hiden=8", "model.net.hidden"),  # the network's: the user's own key
+        ("callbacks.early_stopping.patiense=3", "callbacks.early_stopping.patience"),
+        ("paths.data_dri=x", "paths.data_dir"),  # the project's schema
+        ("model.optimizer.lrr=1e-3,1e-2", "model.optimizer.lr"),  # a sweep's values: its first job's
+    ],
+)
+def test_a_key_value_typo_without_plus_gets_the_plus_forms_one_line_with_the_closest_key(
+    override: str, closest: str
+) -> None:
+    from mnistlab.runtime.config import overrides
+
+    with pytest.raises(
+        InputError, match=rf"^{re.escape(override.partition('=')[0])} is not .*: did you mean {closest}\?$"
+    ):
+        overrides.refuse_unknown_keys(["train.py", *SUITE, override], ROOT / "conf", "train", schema.TrainConfig)
+
+
+def test_overrides_the_config_has_are_left_to_hydra() -> None:
+    from mnistlab.runtime.config import overrides
+
+    for argv in (["trainer.max_epochs=3", "+trainer.max_time=null"], ["-m", "model.optimizer.lr=1e-3,3e-3"], []):
+        overrides.refuse_unknown_keys(["train.py", *SUITE, *argv], ROOT / "conf", "train", schema.TrainConfig)

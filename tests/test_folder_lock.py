@@ -41,11 +41,16 @@ def test_only_rank_zero_takes_the_lock(tmp_path: Path, monkeypatch: pytest.Monke
     """The other ranks of a run work in its folder on purpose: they neither take nor wait for the lock."""
     other = open(tmp_path / LOCK_FILE, "a+")  # noqa: SIM115
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    other.write("host h, pid 1\n")
+    other.flush()
     for rank in folder_lock.RANKS:
         monkeypatch.setenv(rank, "1")
         folder_lock.refuse_if_held(tmp_path, "the run")  # no refusal: not rank 0
         folder_lock.hold(tmp_path, "the run")
+        assert (tmp_path / LOCK_FILE).read_text() == "host h, pid 1\n"  # neither taken nor written
         monkeypatch.delenv(rank)
+    with pytest.raises(InputError, match="is in use by host h, pid 1"):  # rank 0 would have been refused
+        folder_lock.hold(tmp_path, "the run")
     other.close()
 
 

@@ -45,6 +45,9 @@ def test_a_missing_value_is_asked_for(tmp_path: Path) -> None:
 
 
 def test_evaluation_takes_a_batch_that_does_not_divide(tmp_path: Path) -> None:
+    """Training refuses a global batch that 3 processes cannot share; evaluation counts every sample anyway."""
+    with pytest.raises(InputError, match="is the global batch"):
+        schema.check(compose_config("train", tmp_path, ["trainer.devices=3"]), schema.TrainConfig)
     schema.check(compose_config("eval", tmp_path, ["ckpt_path=x.ckpt", "trainer.devices=3"]), schema.EvalConfig)
 
 

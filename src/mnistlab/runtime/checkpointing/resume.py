@@ -49,6 +49,7 @@ from mnistlab.runtime.checkpointing.run_folder import (
 )
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.config.overrides import first_value
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"
@@ -223,7 +224,7 @@ def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
     # Hydra's own settings (the launcher's, hydra.*) shape how jobs run, not what a job is: left out, but
     # for the search path, where the configs the job names may lie.
     own = [arg for arg in overrides if not arg.startswith("-") and not _key(arg).startswith("hydra")]
-    job = [_first_value(arg) for arg in own] + [arg for arg in overrides if _key(arg) == "hydra.searchpath"]
+    job = [first_value(arg) for arg in own] + [arg for arg in overrides if _key(arg) == "hydra.searchpath"]
     config = script.resolve().parent / "conf"
     try:
         with initialize_config_dir(config_dir=str(config), job_name="train", **hydra_versions.BASE):
@@ -231,14 +232,6 @@ def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
     except HydraException as err:
         raise InputError(f"resume={folder}: {' '.join(str(err).split())}") from None  # Hydra's, in one line
     schema.check(cfg, schema.TrainConfig)
-
-
-def _first_value(override: str) -> str:
-    """``key=a,b`` (or ``choice(a,b)``, ``range(...)``) as its first job has it: ``key=a``."""
-    parsed = OverridesParser.create().parse_override(override)
-    if not parsed.is_sweep_override():
-        return override
-    return f"{parsed.get_key_element()}={next(iter(parsed.sweep_string_iterator()))}"
 
 
 def _safe(saved: list[str]) -> list[str]:

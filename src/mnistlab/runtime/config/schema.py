@@ -10,6 +10,7 @@ the entry points' own keys). The user's parts (``data``, ``model`` and whatever 
 own signature (``signatures.py``), so a data module of your own needs no schema to run.
 """
 
+import difflib
 from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
@@ -285,7 +286,13 @@ def _describe(err: ValidationError, values: Any) -> str:
         where = ".".join(map(str, problem["loc"]))
         return f"{where} is missing from the config: give it a value ({where}=...), as conf/ does"
     if problem["type"] == "extra_forbidden":
-        return f"{key} is not a setting of {key.rpartition('.')[0]}: remove it, or check its spelling"
+        parent, _, name = key.rpartition(".")
+        node = values
+        for part in filter(None, parent.split(".")):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        close = difflib.get_close_matches(name, [k for k in node if k != name], n=1) if isinstance(node, dict) else []
+        hint = f"did you mean {parent}.{close[0]}?" if close else "remove it, or check its spelling"
+        return f"{key} is not a setting of {parent or 'the config'}: {hint}"
     if problem["type"] == "value_error":  # a check across keys (model_validator): its message names them
         return problem["msg"].removeprefix("Value error, ")
     allowed = [p["msg"].removeprefix("Input should be ") for p, k, _ in problems if k == key]
