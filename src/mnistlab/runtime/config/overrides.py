@@ -16,25 +16,30 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-from pydantic import BaseModel
 
 from mnistlab.runtime.config import hydra_versions, schema
 from mnistlab.runtime.config.checks import InputError
 
 
-def refuse_unknown_keys(argv: Sequence[str], conf: Path, config_name: str, model: type[BaseModel]) -> None:
+def refuse_unknown_keys(argv: Sequence[str], conf: Path, config_name: str, model: type[schema.Node]) -> None:
     """Raise the ``+`` form's one line for the first ``key=value`` whose key the config composed from ``conf``
     lacks; ``model``: the schema the entry point checks (``schema.TrainConfig``)."""
+    if any(arg.startswith("-") and arg not in ("-m", "--multirun") for arg in argv[1:]):
+        return  # another config (--config-name, -cp), a shell completion, --help...: Hydra's own business
     overrides = [first_value(arg) for arg in argv[1:] if not arg.startswith("-") and _for_the_job(arg)]
     if not any("." in arg.partition("=")[0] and arg[:1] not in "+~" for arg in overrides):
         return
     try:
         _compose(conf, config_name, overrides)
         return
-    except ConfigCompositionException as err:
+    except Exception as err:  # noqa: BLE001 (any other problem: Hydra's own message says it)
         missing = err.__cause__
-        if not isinstance(missing, ConfigAttributeError | ConfigKeyError) or not missing.full_key:
-            return  # another problem: Hydra's message says it
+        if not isinstance(err, ConfigCompositionException) or not isinstance(
+            missing, ConfigAttributeError | ConfigKeyError
+        ):
+            return
+    if not missing.full_key:
+        return
     given = [arg for arg in overrides if arg.partition("=")[0] == missing.full_key]
     if not given:
         return
