@@ -126,23 +126,6 @@ def test_torchrun_without_the_counts_trains_its_processes_as_one_run(one_process
     assert_trained_as_one_process(one_run(tmp_path), one_process)
 
 
-def test_two_pods_of_a_kubeflow_trainjob_train_as_one_run(one_process: Path, tmp_path: Path) -> None:
-    """What Kubeflow Trainer's torch-distributed runtime gives each node's pod: torchrun with no arguments,
-    its settings in PET_* variables; the job's command names no device or node count."""
-    pods = {
-        "PET_NNODES": "2",
-        "PET_NPROC_PER_NODE": "1",
-        "PET_MASTER_ADDR": "127.0.0.1",
-        "PET_MASTER_PORT": free_port(),
-    }
-    script = ["train.py", *SUITE, *EQUIVALENCE, f"paths.log_dir={tmp_path}"]
-    command = [sys.executable, "-m", "torch.distributed.run", *script]
-    agents = [processes.start(command, env=os.environ | pods | {"PET_NODE_RANK": str(node)}) for node in (0, 1)]
-    outputs = [processes.finish(agent) for agent in agents]
-    assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    assert_trained_as_one_process(one_run(tmp_path), one_process)
-
-
 def test_torchrun_with_counts_that_disagree_is_refused_in_one_line(tmp_path: Path) -> None:
     run = _torchrun(
         "--standalone", "--nproc_per_node=2", "train.py", *SUITE, "trainer.devices=1", f"paths.log_dir={tmp_path}"
