@@ -281,6 +281,7 @@ def test_cpu_processes_past_the_cores_are_warned_of_and_past_twice_or_the_memory
         ("callbacks.early_stopping.patiense=3", "callbacks.early_stopping.patience"),
         ("paths.data_dri=x", "paths.data_dir"),  # the project's schema
         ("model.optimizer.lrr=1e-3,1e-2", "model.optimizer.lr"),  # a sweep's values: its first job's
+        ("model.optimizer.lrr=tag(log,interval(1e-4,1e-1))", "model.optimizer.lr"),  # Optuna's range
     ],
 )
 def test_a_key_value_typo_without_plus_gets_the_plus_forms_one_line_with_the_closest_key(
@@ -297,5 +298,11 @@ def test_a_key_value_typo_without_plus_gets_the_plus_forms_one_line_with_the_clo
 def test_overrides_the_config_has_are_left_to_hydra() -> None:
     from mnistlab.runtime.config import overrides
 
-    for argv in (["trainer.max_epochs=3", "+trainer.max_time=null"], ["-m", "model.optimizer.lr=1e-3,3e-3"], []):
+    optuna = ["-m", "hparams_search=mnist_optuna", "model.optimizer.lr=tag(log,interval(1e-4,1e-1))"]
+    for argv in (
+        ["trainer.max_epochs=3", "+trainer.max_time=null"],
+        ["-m", "model.optimizer.lr=1e-3,3e-3"],
+        optuna,
+        [],
+    ):
         overrides.refuse_unknown_keys(["train.py", *SUITE, *argv], ROOT / "conf", "train", schema.TrainConfig)

@@ -55,14 +55,19 @@ def refuse_unknown_keys(argv: Sequence[str], conf: Path, config_name: str, model
 
 
 def first_value(override: str) -> str:
-    """``key=a,b`` (or ``choice(a,b)``, ``range(...)``) as a sweep's first job has it: ``key=a``."""
+    """``key=a,b`` (or ``choice(a,b)``, ``range(...)``) as a sweep's first job has it: ``key=a``; ``interval(a,b)``:
+    ``key=a``."""
     try:
         parsed = OverridesParser.create().parse_override(override)
     except HydraException:
         return override  # Hydra reports it
     if not parsed.is_sweep_override():
         return override
-    return f"{parsed.get_key_element()}={next(iter(parsed.sweep_string_iterator()))}"
+    try:
+        value = next(iter(parsed.sweep_string_iterator()))
+    except HydraException:  # interval(a, b), Optuna's: no values to list; its lower end is one of its values
+        value = str(getattr(parsed.value(), "start", ""))
+    return f"{parsed.get_key_element()}={value}"
 
 
 def _for_the_job(override: str) -> bool:
