@@ -34,14 +34,14 @@ class OwnFolder(Callback):
         _refuse_a_bad_run_id()  # first: resolving hydra.run.dir joins it to a path
         if config.hydra.output_subdir is None:
             return  # joins a run set up by another process (see the module's docstring)
-        _refuse_unless_own(Path(config.hydra.run.dir), "hydra.run.dir", "the run")
+        _refuse_unless_own(Path(config.hydra.run.dir), "hydra.run.dir", "run")
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         _refuse_a_bad_run_id()
         folder = Path(config.hydra.sweep.dir)
         if config.get("resume") and Path(config.resume).resolve() == folder.resolve():
             return  # resume=<sweep folder>: checked by resume.expand
-        _refuse_unless_own(folder, "hydra.sweep.dir", "the sweep")
+        _refuse_unless_own(folder, "hydra.sweep.dir", "sweep")
 
 
 def _refuse_a_bad_run_id() -> None:
@@ -49,29 +49,29 @@ def _refuse_a_bad_run_id() -> None:
         raise SystemExit(f"Error: {problem}")
 
 
-def _refuse_unless_own(folder: Path, key: str, what: str) -> None:
+def _refuse_unless_own(folder: Path, key: str, kind: str) -> None:
+    """``kind``: what ``folder`` is for, "run" or "sweep"; ``key``: the setting that names it."""
     if not folder_lock.rank_zero() or run_folder.is_free(folder):
         return
     try:
-        folder_lock.refuse_if_held(folder, what)  # a run still going: say so, with its holder
+        folder_lock.refuse_if_held(folder, f"the {kind}")  # a run still going: say so, with its holder
     except InputError as err:
         raise SystemExit(f"Error: {err}") from None
     given = os.environ.get(run_folder.RUN_ID)
     named = f"{run_folder.RUN_ID}={given} names {folder}" if given else f"{key}={folder}"
-    if not (run_folder.is_sweep(folder) if what == "the sweep" else run_folder.is_run(folder)):
+    if not (run_folder.is_sweep(folder) if kind == "sweep" else run_folder.is_run(folder)):
         raise SystemExit(
-            f"Error: {named}, which exists and is not {what.replace('the', 'a')} folder: nothing was written there; "
-            "name a new or empty folder"
+            f"Error: {named}, which exists and is not a {kind} folder: nothing was written there; name a new or "
+            "empty folder"
         )
     writer = _last_checkpoint_writer(folder)
     if given and folder.name == given and writer in (given, _NONE):
         return  # the same launch, started again: it resumes from its last.ckpt (tasks._last_checkpoint)
     by = "" if writer is _NONE else f" (its last.ckpt written by {writer or 'a run started by hand'})"
-    kind = what.removeprefix("the ")
+    instead = f"unset {run_folder.RUN_ID}" if given else f"leave {key} out"
     raise SystemExit(
         f"Error: {named}, which already holds a {kind}{by}: nothing was written there. Continue that {kind} with "
-        f"python train.py resume={folder}, or start this one in a new folder"
-        + (f" (unset {run_folder.RUN_ID})" if given else " (leave hydra.run.dir out)" if what == "the run" else "")
+        f"python train.py resume={folder}, or start this one in a new folder ({instead})"
     )
 
 
