@@ -55,13 +55,13 @@ def fit_and_test(
     word on the Trainer (Ray's ``prepare_trainer``)."""
     with hydra_versions.allowed():  # what conf/ may call, also where train(cfg) is called directly
         # A missing or broken file: one line now, not a traceback from fit; read once, for every check.
-        given = load_checkpoint(cfg.ckpt_path) if cfg.get("ckpt_path") else None
-        start = (cfg.ckpt_path, given) if given is not None else _last_checkpoint(cfg)
+        given = (cfg.ckpt_path, load_checkpoint(cfg.ckpt_path)) if cfg.get("ckpt_path") else None
+        start = given or _last_checkpoint(cfg)
         if start:
             _refuse_fewer_epochs(cfg, *start)  # before anything is written: Lightning would refuse it mid-way
         config_tree.show(cfg)
         L.seed_everything(cfg.seed, workers=True)
-        datamodule, model, trainer = _build(cfg, (cfg.ckpt_path, given) if given is not None else None)
+        datamodule, model, trainer = _build(cfg, given)
         start_from = _before_fit(cfg, prepare(trainer), datamodule, start)
         _fit(trainer, model, datamodule, start_from)
         signals.release()  # trained and saved: testing stops at a signal, as any program

@@ -91,13 +91,13 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu", what: str = "ck
     return checkpoint
 
 
-def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path") -> Any:
+def read(path: str | Path, map_location: Any = "cpu", what: str = "ckpt_path", mmap: bool = False) -> Any:
     """What ``torch.save`` wrote to a local file, as data (``weights_only``); one line for a remote,
-    missing or broken file."""
+    missing or broken file. ``mmap``: tensors mapped from the file, not read, for a look at its other keys."""
     if problem := checkpoint_checks.unreadable(path, onnx=ONNX):
         raise InputError(f"{what}={path}{problem}")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as err:  # RuntimeError, EOFError, UnpicklingError, ...: torch's, for a broken file
         raise InputError(f"{what}={path} is not a readable checkpoint: {_refusal(err)}") from err
 

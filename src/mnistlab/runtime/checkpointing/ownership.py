@@ -84,9 +84,10 @@ def _last_checkpoint_writer(folder: Path) -> object:
     if not last.is_file():
         return _NONE
     # Here, not at the top: torch takes seconds to import, and only a start in a taken folder reads a checkpoint.
-    from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, load_checkpoint
+    from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, read
 
-    try:
-        return load_checkpoint(last, what="last.ckpt").get(RUN_ID_KEY)
+    try:  # mapped, not read: a restarted job reads it whole once, when it resumes from it
+        checkpoint = read(last, what="last.ckpt", mmap=True)
+        return checkpoint.get(RUN_ID_KEY) if isinstance(checkpoint, dict) else None
     except InputError as err:  # damaged, or not a checkpoint
         raise SystemExit(f"Error: {err}") from None

@@ -262,9 +262,7 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
             "is nothing to resume; start it again with the overrides in its .hydra/overrides.yaml"
         )
     if last.is_file() and (problem := broken_checkpoint(last)):
-        whole = [
-            p for p in sorted(last.parent.glob("*.ckpt"), key=lambda p: -p.stat().st_mtime) if not broken_checkpoint(p)
-        ]
+        whole = whole_checkpoints(folder)
         then = (
             f"the whole checkpoints beside it, newest first: {', '.join(p.name for p in whole)}; continue from one "
             f"with python train.py resume={folder} ckpt_path={whole[0]}"
@@ -274,18 +272,20 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
         raise InputError(f"resume={folder}: its checkpoints/last.ckpt is not a whole checkpoint ({problem}); {then}")
 
 
+def whole_checkpoints(folder: Path, since: float = float("-inf")) -> list[Path]:
+    """The whole checkpoints of the run's checkpoints/ written after ``since`` (a modification time), newest
+    first; a damaged one (cut short, failing its CRCs) left out."""
+    written = {path: path.stat().st_mtime for path in (folder / LAST_CHECKPOINT).parent.glob("*.ckpt")}
+    newest = sorted((path for path, mtime in written.items() if mtime > since), key=written.__getitem__, reverse=True)
+    return [path for path in newest if not broken_checkpoint(path)]
+
+
 def newer_than_last(folder: Path) -> list[Path]:
-    """The whole checkpoints of the run's checkpoints/ written after its last.ckpt (all of them where it has
-    none), newest first: a best checkpoint saved at an epoch's end whose last.ckpt could not be written (a full
-    disk) holds that epoch, which a resume from last.ckpt would train again (and save again, as a -v1 copy)."""
+    """The whole checkpoints written after the run's last.ckpt (all of them where it has none), newest first:
+    a best checkpoint saved at an epoch's end whose last.ckpt could not be written (a full disk) holds that
+    epoch, which a resume from last.ckpt would train again (and save again, as a -v1 copy)."""
     last = folder / LAST_CHECKPOINT
-    since = last.stat().st_mtime if last.is_file() else float("-inf")
-    found = [
-        path
-        for path in last.parent.glob("*.ckpt")
-        if path != last and path.stat().st_mtime > since and not broken_checkpoint(path)
-    ]
-    return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
+    return whole_checkpoints(folder, since=last.stat().st_mtime if last.is_file() else float("-inf"))
 
 
 def continue_from(folder: Path) -> Path | None:

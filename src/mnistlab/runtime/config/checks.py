@@ -1,10 +1,11 @@
 """Refusing bad user input early, with a message that says what to change."""
 
+import difflib
 import logging
 import os
 import resource
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -16,6 +17,12 @@ INSIST = "allow_cpu_oversubscription"  # conf/run.yaml: true lifts the refusal, 
 
 class InputError(ValueError):
     """A wrong override, a missing or corrupt file: the user's to fix, so entry points print one line."""
+
+
+def did_you_mean(parent: str, name: str, names: Iterable[str]) -> str | None:
+    """``did you mean <parent>.<closest>?`` for a key ``name`` of ``parent`` that is not among ``names``."""
+    close = difflib.get_close_matches(name, [other for other in names if other != name], n=1)
+    return f"did you mean {parent}.{close[0]}?" if close else None
 
 
 def group_set_to_null(argv: list[str], conf: Path) -> None:
@@ -88,7 +95,7 @@ def check_cpu_processes(cfg: DictConfig) -> None:
 def _cpu_processes(devices: object) -> int:
     """Processes per machine for ``trainer.devices`` on the CPU, by Lightning's rules ("auto" is 1, -1 a core each)."""
     if isinstance(devices, int):
-        return os.cpu_count() or 1 if devices == -1 else devices
+        return (os.cpu_count() or 1) if devices == -1 else devices
     if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
         return _cpu_processes(int(devices))
     return len(devices) if isinstance(devices, list | tuple) else 1

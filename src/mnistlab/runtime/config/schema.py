@@ -10,14 +10,13 @@ the entry points' own keys). The user's parts (``data``, ``model`` and whatever 
 own signature (``signatures.py``), so a data module of your own needs no schema to run.
 """
 
-import difflib
 from typing import Annotated, Any, Literal
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mnistlab.runtime.config import signatures
-from mnistlab.runtime.config.checks import InputError, indivisible_batch
+from mnistlab.runtime.config.checks import InputError, did_you_mean, indivisible_batch
 
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
@@ -290,8 +289,7 @@ def _describe(err: ValidationError, values: Any) -> str:
         node = values
         for part in filter(None, parent.split(".")):
             node = node.get(part, {}) if isinstance(node, dict) else {}
-        close = difflib.get_close_matches(name, [k for k in node if k != name], n=1) if isinstance(node, dict) else []
-        hint = f"did you mean {parent}.{close[0]}?" if close else "remove it, or check its spelling"
+        hint = did_you_mean(parent, name, node if isinstance(node, dict) else ()) or "remove it, or check its spelling"
         return f"{key} is not a setting of {parent or 'the config'}: {hint}"
     if problem["type"] == "value_error":  # a check across keys (model_validator): its message names them
         return problem["msg"].removeprefix("Value error, ")

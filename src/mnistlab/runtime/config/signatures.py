@@ -10,14 +10,13 @@ statically (a class built at run time, an annotation of another type) is left to
 """
 
 import ast
-import difflib
 import importlib.util
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.config.checks import InputError, did_you_mean
 
 HYDRA_KEYS = {"_target_", "_partial_", "_args_", "_recursive_", "_convert_"}
 MAX_HOPS = 8  # re-exports and base classes followed before giving up (an unreadable chain is not checked)
@@ -62,8 +61,7 @@ def check_node(node: dict[str, Any], key: str) -> None:
     given = {name: value for name, value in node.items() if name not in HYDRA_KEYS}
     if not signature.any_keyword:
         for name in given.keys() - signature.parameters.keys():
-            close = difflib.get_close_matches(name, signature.parameters, n=1)
-            hint = f"did you mean {key}.{close[0]}?" if close else f"it takes {', '.join(signature.parameters)}"
+            hint = did_you_mean(key, name, signature.parameters) or f"it takes {', '.join(signature.parameters)}"
             raise InputError(f"{key}.{name} is not an argument of {signature.target}: {hint}")
     if not node.get("_partial_") and "_args_" not in node:
         for parameter in signature.parameters.values():
