@@ -8,7 +8,7 @@ summary.csv. The folders are data (docs/reliability.md, Trust): read as plain fi
 import argparse
 from pathlib import Path
 
-from mnistlab.runtime.reporting import failures
+from mnistlab.runtime.run import failures
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ import hydra
 from omegaconf import DictConfig
 
 from mnistlab.runtime.config import checks, hydra_versions, overrides, schema
-from mnistlab.runtime.distributed import launch
-from mnistlab.runtime.reporting import failures
+from mnistlab.runtime.distributed import rendezvous
+from mnistlab.runtime.run import failures, launch
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distributed sweep job re-runs
@@ -28,5 +28,5 @@ if __name__ == "__main__":
     with failures.reported():
         checks.group_set_to_null(sys.argv, Path(__file__).parent / "conf")  # one line, not Hydra's traceback
         overrides.refuse_unknown_keys(sys.argv, Path(__file__).parent / "conf", "eval", schema.EvalConfig)
-    sys.argv += launch.join_external_launch("eval")  # under torchrun: one run folder for all ranks
+    sys.argv += rendezvous.join_external_launch("eval")  # under torchrun: one run folder for all ranks
     main()

@@ -7,7 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from mnistlab.runtime.config import hydra_versions, schema
-from mnistlab.runtime.reporting import failures
+from mnistlab.runtime.run import failures
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 

@@ -9,8 +9,8 @@ from omegaconf import DictConfig
 
 from mnistlab.runtime.checkpointing import resume
 from mnistlab.runtime.config import checks, hydra_versions, overrides, schema
-from mnistlab.runtime.distributed import launch
-from mnistlab.runtime.reporting import failures
+from mnistlab.runtime.distributed import rendezvous
+from mnistlab.runtime.run import failures, launch
 from mnistlab.runtime.training import signals
 from mnistlab.sweeps import gpu_slots
 
@@ -37,5 +37,5 @@ if __name__ == "__main__":
         checks.group_set_to_null(sys.argv, Path(__file__).parent / "conf")  # one line, not Hydra's traceback
         sys.argv = resume.expand(sys.argv)  # resume=<run folder>: that run's own overrides, then these
         overrides.refuse_unknown_keys(sys.argv, Path(__file__).parent / "conf", "train", schema.TrainConfig)
-    sys.argv += launch.join_external_launch("train")  # under torchrun: one run folder for all ranks
+    sys.argv += rendezvous.join_external_launch("train")  # under torchrun: one run folder for all ranks
     main()

@@ -13,13 +13,15 @@ import httpx
 import pytest
 import torch
 
+from mnistlab.runtime.run import run_folder
+
 import processes
 import suite_task
 from composing import DATA_DIR, EQUIVALENCE, SHORT, SUITE, compose_config
 
 
 def last_checkpoint(run: Path) -> dict:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    return torch.load(run_folder.last_checkpoint(run), weights_only=True)
 
 
 def assert_same_weights(a: dict, b: dict, atol: float = 1e-6) -> None:
@@ -114,7 +116,7 @@ def trained(out: Path, task: Sequence[str]) -> Path:
     from mnistlab.tasks import train  # not at import: see tests/faults.py
 
     train(compose_config("train", out, [*SHORT, "logger=none"], task=task))
-    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
+    (best,) = run_folder.checkpoints(out).glob("epoch*.ckpt")
     return best
 
 

@@ -4,8 +4,8 @@ resumable mid-epoch, exactly the batches the plain way of writing it gives."""
 import pytest
 import torch
 
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.distributed.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
+from mnistlab.runtime.run.failures import InputError
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])

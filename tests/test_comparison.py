@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from mnistlab.runtime.checkpointing.run_folder import FIGURE_FILE
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.run_folder import FIGURE_FILE
 from mnistlab.sweeps import comparison
 from mnistlab.sweeps.jobs import read_jobs, varied
 
@@ -74,7 +75,7 @@ def test_compare_draws_any_runs_and_refuses_a_folder_of_none(sweep: Path, tmp_pa
     csv_curve = comparison.read_curve(run, "val/acc")  # the CSV logger's metrics.csv
     assert [step for step, _ in csv_curve] == [9, 19]
     assert csv_curve[-1][1] == pytest.approx(json.loads((run / "metrics.json").read_text())["val/acc"])
-    refused = run_script("compare.py", str(tmp_path / "csv_run" / "checkpoints"))
+    refused = run_script("compare.py", str(run_folder.checkpoints(tmp_path / "csv_run")))
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines()[-1] == (
         f"Error: {run / 'checkpoints'} is neither a run's folder nor a sweep's (no .hydra/ in it or in its jobs)"

@@ -10,8 +10,10 @@ from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDevice
 from omegaconf import OmegaConf
 
 from mnistlab.runtime.config import checks, schema
-from mnistlab.runtime.config.checks import InputError, check_devices
+from mnistlab.runtime.config.checks import check_devices
 from mnistlab.runtime.distributed import ddp
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.tasks import train
 
 from composing import OWN, ROOT, SUITE, SUITE_DATA, compose_config
@@ -140,7 +142,7 @@ def _metrics(run: Path) -> dict:
 
 
 def _net(run: Path) -> dict:
-    return torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    return torch.load(run_folder.last_checkpoint(run), weights_only=True)
 
 
 # Each option that changes what a run does, run as a user runs it (shrunk), and what it promises
@@ -196,7 +198,7 @@ def test_a_minimised_monitor_picks_the_job_with_the_lowest_metric(tmp_path: Path
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     losses = {job: _metrics(sweep / job)["val/loss_best"] for job in ("0", "1")}
     for job in ("0", "1"):  # the best of the run's validations: the lower
-        metrics, (best,) = _metrics(sweep / job), (sweep / job / "checkpoints").glob("epoch*.ckpt")
+        metrics, (best,) = _metrics(sweep / job), run_folder.checkpoints(sweep / job).glob("epoch*.ckpt")
         assert metrics["val/loss_best"] <= metrics["val/loss"] and f"{losses[job]:.4g}" in best.name
     best = min(losses, key=losses.get)
     assert f"Best: job {best}, val/loss_best={losses[best]:.6g}: {sweep / best}" in result.stdout

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from torch import Tensor
 
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.run import run_folder
 from mnistlab.tasks import evaluate, train
 
 import processes
@@ -68,7 +69,7 @@ def test_the_monitored_metric_is_logged_and_its_best_returned(trained) -> None:
     cfg = _own("train", out)
     assert math.isfinite(metrics[cfg.monitor]), f"{cfg.monitor}={metrics[cfg.monitor]}"
     assert metrics[cfg.optimized_metric] == pytest.approx(metrics[cfg.monitor])  # one epoch: its best is itself
-    assert list((out / "checkpoints").glob("epoch*.ckpt")), "no best checkpoint: is monitor logged at validation?"
+    assert list(run_folder.checkpoints(out).glob("epoch*.ckpt")), "no best checkpoint: is monitor logged at validation?"
 
 
 def _bare_trainer(steps: int, callback: L.Callback) -> L.Trainer:
@@ -110,7 +111,7 @@ def test_a_fixed_batch_is_overfit(tmp_path: Path) -> None:
 def test_a_checkpoint_reloads_to_identical_outputs(trained) -> None:
     out, _ = trained
     cfg = _own("train", out)
-    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
+    (best,) = run_folder.checkpoints(out).glob("epoch*.ckpt")
     trained_model = instantiate(cfg.model)
     trained_model.load_state_dict(load_checkpoint(best)["state_dict"])
     reloaded = instantiate(cfg.model)  # as eval.py builds it: from conf/, weights from the file
@@ -122,7 +123,7 @@ def test_a_checkpoint_reloads_to_identical_outputs(trained) -> None:
 
 def test_eval_tests_the_best_checkpoint_as_training_did(trained, tmp_path: Path) -> None:
     out, metrics = trained
-    (best,) = (out / "checkpoints").glob("epoch*.ckpt")
+    (best,) = run_folder.checkpoints(out).glob("epoch*.ckpt")
     limits = [o for o in SHORT if o.startswith("trainer.limit_test_batches")]
     evaluated = evaluate(_own("eval", tmp_path, f"ckpt_path={best}", *limits))
     tested = {name: value for name, value in metrics.items() if name.startswith("test/")}

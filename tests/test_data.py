@@ -13,8 +13,8 @@ from hydra.utils import instantiate
 
 from mnistlab.data import FILES, MNISTDataModule
 from mnistlab.runtime.config import schema
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.distributed.batches import PAD_LABEL
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.tasks import train
 
 import composing

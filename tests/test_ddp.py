@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.run import run_folder
 
 import processes
 from composing import EQUIVALENCE, ROOT, SHORT, SUITE, SUITE_DATA
@@ -42,7 +43,7 @@ def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Pa
     result = run_script("train.py", *EQUIVALENCE, "strategy=ddp", "trainer.devices=4", f"paths.log_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     run = one_run(tmp_path, FOUR_RANK_LOGS)
-    assert (run / "checkpoints" / "last.ckpt").is_file() and len(list(run.rglob("checkpoints"))) == 1
+    assert run_folder.last_checkpoint(run).is_file() and len(list(run.rglob(run_folder.CHECKPOINTS))) == 1
     assert "Starting with 4 processes" in result.stdout
     # The console is rank 0's: the other ranks log the same final line to their own files only.
     assert result.stdout.count("Tested ") == 1
@@ -55,7 +56,7 @@ def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Pa
 
 
 def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_process, tmp_path: Path) -> None:
-    checkpoint = one_process / "checkpoints" / "last.ckpt"
+    checkpoint = run_folder.last_checkpoint(one_process)
     results = []
     # The test set does not divide by 3, nor into batches of 100: evaluation takes any batch on any processes.
     for batch, ranks in (("64", []), ("100", ["strategy=ddp", "trainer.devices=3"])):

@@ -16,6 +16,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from torchvision.datasets import MNIST
 
 from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.run import run_folder
 from mnistlab.trained import classifier, digits
 from mnistlab.trained.demo import page, reader
 
@@ -45,7 +46,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "train", out, ["trainer.max_epochs=1", "trainer.limit_val_batches=5", "test=false", "logger=none"]
         )
     )
-    return out / "checkpoints" / "last.ckpt"
+    return run_folder.last_checkpoint(out)
 
 
 def _drawn(shape: str) -> np.ndarray:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from mnistlab.runtime.checkpointing import folder_lock
-from mnistlab.runtime.checkpointing.run_folder import LOCK_FILE
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.run_folder import LOCK_FILE
 
 import processes
 from composing import SHORT
@@ -37,18 +38,29 @@ def test_a_held_folder_is_refused_naming_its_holder_and_free_once_released(tmp_p
         folder_lock.release(tmp_path)
 
 
+# The second process of a job, as each launcher starts it (runtime/run/launch.py).
+LAUNCHED_AS_RANK_ONE = (
+    {"TORCHELASTIC_RUN_ID": "job", "RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"},  # torchrun
+    {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_JOB_NAME": "train"},  # srun
+    {"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"},  # Lightning's launcher
+    {"NODE_RANK": "1"},  # a second machine, started by hand
+    {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2"},  # Ray Train's worker
+)
+
+
 def test_only_rank_zero_takes_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The other ranks of a run work in its folder on purpose: they neither take nor wait for the lock."""
     other = open(tmp_path / LOCK_FILE, "a+")  # noqa: SIM115
     fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     other.write("host h, pid 1\n")
     other.flush()
-    for rank in folder_lock.RANKS:
-        monkeypatch.setenv(rank, "1")
-        folder_lock.refuse_if_held(tmp_path, "the run")  # no refusal: not rank 0
-        folder_lock.hold(tmp_path, "the run")
-        assert (tmp_path / LOCK_FILE).read_text() == "host h, pid 1\n"  # neither taken nor written
-        monkeypatch.delenv(rank)
+    for launched in LAUNCHED_AS_RANK_ONE:
+        with monkeypatch.context() as env:
+            for name, value in launched.items():
+                env.setenv(name, value)
+            folder_lock.refuse_if_held(tmp_path, "the run")  # no refusal: not rank 0
+            folder_lock.hold(tmp_path, "the run")
+            assert (tmp_path / LOCK_FILE).read_text() == "host h, pid 1\n"  # neither taken nor written
     with pytest.raises(InputError, match="is in use by host h, pid 1"):  # rank 0 would have been refused
         folder_lock.hold(tmp_path, "the run")
     other.close()
@@ -79,7 +91,7 @@ def test_a_second_start_on_a_running_run_is_refused_and_the_first_keeps_every_me
     assert first.returncode == 0, output[-3000:]
     metrics = json.loads((run / "metrics.json").read_text())
     assert {"val/acc", "val/acc_best", "train/loss", "test/acc"} <= metrics.keys()
-    assert [p.name for p in (run / "checkpoints").glob("*-v1.ckpt")] == []  # no second writer's files
+    assert [p.name for p in run_folder.checkpoints(run).glob("*-v1.ckpt")] == []  # no second writer's files
 
 
 @pytest.mark.slow

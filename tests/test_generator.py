@@ -16,6 +16,8 @@ import pytest
 import tomllib
 import yaml
 
+from mnistlab.runtime.run import run_folder
+
 import processes
 from composing import ROOT
 
@@ -258,7 +260,7 @@ def test_update_touches_only_the_files_the_template_renders(template: Path, tmp_
     note = project / "NOTES.md"
     note.write_text("Derived from the MNISTLAB template (mnistlab).\n")
     own_module = project / "src" / "retina_lab" / "ported.py"
-    own_module.write_text('"""Ported from mnistlab.runtime.distributed.launch."""\n')
+    own_module.write_text('"""Ported from mnistlab.runtime.distributed.rendezvous."""\n')
     _commit(project, "my notes")
     pip = project / ".venv" / "bin" / "pip"
     pip.parent.mkdir(parents=True)
@@ -433,7 +435,7 @@ def _trains_resumes_and_sweeps_on_the_loss(project: Path, env: dict[str, str], o
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["val/loss_best"] <= metrics["val/loss"] and "test/loss" in metrics  # the best is the lowest
     assert yaml.safe_load((run / ".hydra" / "config.yaml").read_text())["mode"] == "min"
-    assert torch_epoch(run / "checkpoints" / "last.ckpt") == 1  # resumed for its second epoch
+    assert torch_epoch(run_folder.last_checkpoint(run)) == 1  # resumed for its second epoch
     (sweep,) = (out / "train" / "multiruns").iterdir()
     losses = {job: json.loads((sweep / job / "metrics.json").read_text())["val/loss_best"] for job in ("0", "1")}
     best = min(losses, key=losses.get)

@@ -11,9 +11,9 @@ import pytest
 import torch
 import yaml
 
-from mnistlab.runtime.checkpointing import run_folder
 from mnistlab.runtime.checkpointing.checkpoint_io import AtomicCheckpointIO
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.tasks import train
 
 import processes
@@ -83,7 +83,7 @@ def test_two_runs_started_together_each_own_a_folder(frozen_clock: Path, tmp_pat
         seeds.add(seed)
         assert yaml.safe_load((folder / ".hydra" / "config.yaml").read_text())["seed"] == int(seed.split("=")[1])
         assert f"Overrides: {' '.join([*TASK, *ONE_SHORT_EPOCH])} {seed}" in (folder / "train.log").read_text()
-        ckpt = torch.load(folder / "checkpoints" / "last.ckpt", weights_only=True)
+        ckpt = torch.load(run_folder.last_checkpoint(folder), weights_only=True)
         assert ckpt["config"]["seed"] == int(seed.split("=")[1])  # its own run's checkpoint
         events = list((folder / "tensorboard").glob("events.out.tfevents.*"))  # .<time>.<host>.<pid>.<n>
         assert events and len({p.name.split(".")[-2] for p in events}) == 1  # written by one process
@@ -134,7 +134,7 @@ def test_a_refused_run_deletes_nothing_of_a_live_runs_folder(tmp_path: Path) -> 
 
 def test_a_run_does_not_continue_a_last_checkpoint_it_did_not_write(tmp_path: Path) -> None:
     train(compose_config("train", tmp_path, [*ONE_SHORT_EPOCH, "logger=none", "test=false"]))
-    last = tmp_path / "checkpoints" / "last.ckpt"
+    last = run_folder.last_checkpoint(tmp_path)
     written = last.read_bytes()
     with pytest.raises(InputError, match=f"already holds a run's checkpoints/last.ckpt .* resume={tmp_path}"):
         train(compose_config("train", tmp_path, [*ONE_SHORT_EPOCH, "logger=none", "test=false"]))
@@ -144,13 +144,13 @@ def test_a_run_does_not_continue_a_last_checkpoint_it_did_not_write(tmp_path: Pa
 @pytest.mark.slow
 def test_a_run_tests_only_a_best_checkpoint_it_wrote(tmp_path: Path, caplog) -> None:
     train(compose_config("train", tmp_path / "a", [*ONE_SHORT_EPOCH, "logger=none"]))
-    (best,) = (tmp_path / "a" / "checkpoints").glob("epoch*.ckpt")
+    (best,) = run_folder.checkpoints(tmp_path / "a").glob("epoch*.ckpt")
     # Nothing left to train (1 epoch, done): ModelCheckpoint's restored state still names run a's best file.
     metrics = train(compose_config("train", tmp_path / "b", [*ONE_SHORT_EPOCH, "logger=none", f"ckpt_path={best}"]))
     assert f"This run wrote no best checkpoint of its own (the best is still {best}): testing its last weights" in (
         caplog.text
     )
-    assert "test/acc" in metrics and not list((tmp_path / "b" / "checkpoints").glob("epoch*.ckpt"))
+    assert "test/acc" in metrics and not list(run_folder.checkpoints(tmp_path / "b").glob("epoch*.ckpt"))
 
 
 def test_writers_of_one_checkpoint_never_share_a_partial_file(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pods as namespaces
 import pytest
 from omegaconf import OmegaConf
 
-from mnistlab.runtime.config.checks import InputError
-from mnistlab.runtime.distributed import launch
+from mnistlab.runtime.distributed import rendezvous
+from mnistlab.runtime.run.failures import InputError
 
 from composing import EQUIVALENCE, SUITE
 from running import FOUR_RANK_LOGS, assert_trained_as_one_process, one_run
@@ -59,7 +59,7 @@ def test_a_pytorchjob_pod_running_plain_python_is_refused_in_one_line(monkeypatc
     for name, value in _pods("pytorchjob.yaml")[1].env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(InputError, match=r"^RANK=1 is set \(as a Kubeflow PyTorchJob sets it in each pod\).*torchrun"):
-        launch.check_environment(None)
+        rendezvous.check_environment(None)
 
 
 def test_a_job_whose_nodes_disagree_with_trainer_num_nodes_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,7 +71,7 @@ def test_a_job_whose_nodes_disagree_with_trainer_num_nodes_is_refused(monkeypatc
         monkeypatch.setenv(name, value)
     cfg = OmegaConf.create({"trainer": {"devices": per_node, "num_nodes": 3}})
     with pytest.raises(InputError, match=r"^torchrun started 4 processes \(WORLD_SIZE\), but .* is 2 x 3"):
-        launch.check_environment(cfg)
+        rendezvous.check_environment(cfg)
 
 
 def _pods(name: str) -> list[kubeflow.Pod]:

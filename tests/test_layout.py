@@ -13,12 +13,14 @@ PACKAGE = Path(mnistlab.__file__).parent
 NAME = PACKAGE.name
 # What each subpackage may import of this package besides itself; the top may import anything.
 MAY_IMPORT = {"runtime": set(), "sweeps": {"runtime"}, "trained": {"runtime"}}
+# runtime/'s subpackages, bottom first: each may import those before it, never one after (docs/layout.md).
+RUNTIME_LAYERS = ("run", "config", "distributed", "checkpointing", "reporting", "training")
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, within: ast.AST | None = None) -> set[str]:
     """The modules of this package that ``path`` imports, anywhere in it (a function's import too)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(within or ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -42,6 +44,34 @@ def test_a_subpackage_imports_only_what_its_docstring_allows(subpackage: str) ->
         for name in _imports(path):
             part = name.split(".")[1] if "." in name else ""
             assert part in allowed, f"{path.relative_to(PACKAGE)} imports {name}; {subpackage}/ may import {allowed}"
+
+
+def _runtime_layer(name: str) -> str | None:
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "runtime" else None
+
+
+@pytest.mark.parametrize("layer", RUNTIME_LAYERS)
+def test_runtimes_subpackages_import_only_the_ones_below_them(layer: str) -> None:
+    """An arrow back up (``run/`` importing ``checkpointing/``) would make a cycle: refused here."""
+    assert {p.name for p in (PACKAGE / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
+        RUNTIME_LAYERS
+    ), "a new subpackage of runtime/ takes its place in RUNTIME_LAYERS"
+    below = set(RUNTIME_LAYERS[: RUNTIME_LAYERS.index(layer) + 1])
+    for path in sorted((PACKAGE / "runtime" / layer).rglob("*.py")):
+        for name in _imports(path):
+            assert _runtime_layer(name) in below, f"{path.relative_to(PACKAGE)} imports {name}: above runtime/{layer}/"
+
+
+def test_no_import_inside_a_function_reaches_another_subpackage() -> None:
+    """An import put inside a function to dodge a cycle hides an arrow; one of the module's own subpackage
+    (imported late for speed: torch, matplotlib) is the only kind allowed."""
+    for path in sorted(path for sub in MAY_IMPORT for path in (PACKAGE / sub).rglob("*.py")):
+        home = ".".join(path.relative_to(PACKAGE.parent).parts[: 3 if path.parts[-3] == "runtime" else 2])
+        for function in ast.walk(ast.parse(path.read_text())):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for name in _imports(path, ast.Module(body=function.body, type_ignores=[])):
+                    assert name.startswith(home), f"{path.relative_to(PACKAGE)}: {function.name} imports {name}"
 
 
 def test_no_folder_of_the_machinery_holds_more_than_ten_modules() -> None:

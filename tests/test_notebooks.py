@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mnistlab.runtime.reporting.console import DropNoise
+from mnistlab.runtime.run.console import DropNoise
 
 import processes
 

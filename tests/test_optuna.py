@@ -23,6 +23,7 @@ from optuna.trial import TrialState
 
 from hydra_plugins.mnistlab_optuna import search_space
 from hydra_plugins.mnistlab_optuna.optuna_sweeper import _grid
+from mnistlab.runtime.run import run_folder
 
 import processes
 from composing import ROOT, SHORT, compose_config
@@ -177,7 +178,7 @@ def check_pruned(tmp_path: Path, result) -> Path:
     (sweep,) = _sweeps(tmp_path)
     job = sweep / str(pruned.number)
     assert (job / "pruned.txt").read_text().startswith("pruned after epoch 0: val/acc_best=")
-    assert torch.load(job / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0  # it stopped there
+    assert torch.load(run_folder.last_checkpoint(job), weights_only=True)["epoch"] == 0  # it stopped there
     assert [row["status"] for row in _rows(sweep)] == ["ok", "ok", "pruned"]
     assert "failed" not in result.stderr
     return sweep

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from mnistlab.runtime.checkpointing import run_folder
 from mnistlab.runtime.checkpointing.ownership import OwnFolder
-from mnistlab.runtime.checkpointing.run_folder import LOCK_FILE, RUN_ID
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.launch import RUN_ID
+from mnistlab.runtime.run.run_folder import LOCK_FILE
 
 import processes
 from composing import DETERMINISTIC

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mnistlab.runtime.checkpointing import atomic
 from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.run import atomic, run_folder
 from mnistlab.trained.exporting import export
 
 from composing import SHORT, TRUST_SUITE, compose_config
@@ -32,7 +32,7 @@ def test_every_file_of_a_run_and_its_export_follows_the_umask(umask: int, tmp_pa
 
     run = tmp_path / "run"
     train(compose_config("train", run, [*SHORT, "logger=csv"]))
-    (best,) = (run / "checkpoints").glob("epoch*.ckpt")
+    (best,) = run_folder.checkpoints(run).glob("epoch*.ckpt")
     for format in ("export", "safetensors"):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
             overrides = [f"ckpt_path={best}", f"format={format}", f"paths.output_dir={tmp_path / format}", TRUST_SUITE]

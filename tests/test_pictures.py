@@ -8,6 +8,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from mnistlab.runtime.reporting import pictures
+from mnistlab.runtime.run import run_folder
 from mnistlab.tasks import evaluate, train
 
 from composing import SHORT, compose_config
@@ -50,7 +51,7 @@ def test_no_figure_is_drawn_for_loggers_that_keep_none(tmp_path: Path, monkeypat
 @pytest.mark.slow
 def test_eval_writes_the_confusion_matrix_as_png_and_its_metrics_as_json(tmp_path: Path) -> None:
     train(compose_config("train", tmp_path / "train", [*SHORT, "logger=none"]))
-    (best,) = [p for p in (tmp_path / "train" / "checkpoints").glob("epoch*.ckpt")]
+    (best,) = [p for p in run_folder.checkpoints(tmp_path / "train").glob("epoch*.ckpt")]
     metrics = evaluate(compose_config("eval", tmp_path / "eval", [f"ckpt_path={best}", "trainer.limit_test_batches=5"]))
     assert (tmp_path / "eval" / "confusion_matrix.png").read_bytes().startswith(b"\x89PNG")
     assert json.loads((tmp_path / "eval" / "metrics.json").read_text())["test/acc"] == metrics["test/acc"]

@@ -13,7 +13,7 @@ from PIL import Image
 from mnistlab.data import normalize
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import loading
 from mnistlab.trained.prediction import predict
 

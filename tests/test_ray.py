@@ -16,7 +16,8 @@ from hydra.utils import instantiate
 from test_optuna import PRUNES_THE_LAST, check_pruned
 
 from mnistlab.runtime.config import schema
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
 
 import processes
 from composing import EQUIVALENCE, SHORT, compose_config
@@ -52,7 +53,7 @@ def test_ray_asked_for_gpus_on_a_machine_without_is_refused_in_one_line(tmp_path
     cfg = compose_config("train", tmp_path, [*RAY, "engine.scaling_config.use_gpu=true"])
     with pytest.raises(InputError, match=r"^engine.scaling_config.use_gpu=true asks for 2 GPUs and this machine has 0"):
         train(cfg)
-    assert not (tmp_path / "checkpoints").exists()
+    assert not run_folder.checkpoints(tmp_path).exists()
 
 
 def test_an_unreachable_ray_address_is_refused_in_one_line_within_its_timeout(tmp_path: Path) -> None:
@@ -170,7 +171,7 @@ def test_with_max_failures_ray_starts_the_workers_again_and_they_resume(
     result = _train(cluster, *EQUIVALENCE, *kill, *retry, f"paths.log_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = (tmp_path / "train" / "runs").iterdir()
-    last = run / "checkpoints" / "last.ckpt"
+    last = run_folder.last_checkpoint(run)
     assert f"Resuming from {last}, this run folder's last checkpoint" in (run / "train.log").read_text()
     assert_trained_as_one_process(run, one_process)
 

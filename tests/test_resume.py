@@ -13,8 +13,10 @@ import pytest
 import torch
 
 from mnistlab.runtime.checkpointing import folder_lock, resume
-from mnistlab.runtime.checkpointing.run_folder import RUN_ID, SWEEP_FILE
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.launch import RUN_ID
+from mnistlab.runtime.run.run_folder import RESUMES, SWEEP_FILE
 from mnistlab.tasks import train
 
 import processes
@@ -68,10 +70,10 @@ def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path
     assert f"Overrides given now, on top: {given}" in log
     assert f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}" in log
     assert_same_weights(_last(tmp_path / "whole"), _last(run))
-    tested = torch.load(next((run / "checkpoints").glob("epoch*.ckpt")), weights_only=True)
+    tested = torch.load(next(run_folder.checkpoints(run).glob("epoch*.ckpt")), weights_only=True)
     assert (
         tested["epoch"]
-        == torch.load(next((tmp_path / "whole" / "checkpoints").glob("epoch*.ckpt")), weights_only=True)["epoch"]
+        == torch.load(next(run_folder.checkpoints(tmp_path / "whole").glob("epoch*.ckpt")), weights_only=True)["epoch"]
     )
     metrics = (run / "metrics.json").read_text()
     assert f'"test/acc": {whole["test/acc"]}' in metrics
@@ -82,8 +84,8 @@ def test_resume_continues_a_killed_run_in_its_folder_with_its_overrides(tmp_path
 def test_overrides_given_when_resuming_replace_the_runs_own(tmp_path: Path) -> None:
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- model.net.hidden=64\n- trainer.max_epochs=3\n")
-    (tmp_path / "checkpoints").mkdir()
-    torch.save({"state_dict": {}}, tmp_path / "checkpoints" / "last.ckpt")
+    run_folder.checkpoints(tmp_path).mkdir()
+    torch.save({"state_dict": {}}, run_folder.last_checkpoint(tmp_path))
     argv = resume.expand(["train.py", f"resume={tmp_path}", "trainer.max_epochs=5"])
     assert argv == [
         "train.py",
@@ -159,7 +161,7 @@ def test_killed_at_random_steps_the_resumed_run_ends_as_if_never_killed(tmp_path
         run = _one_run(tmp_path / "killed")
         saved = step - 5 if number == 0 else step - step % 5  # whole, as written before the kill
         assert _last(run)["global_step"] == saved, f"KILL_SEED={seed}"
-    assert list((run / "checkpoints").glob(".last.ckpt.*.partial")), "the write that was killed left its part"
+    assert list(run_folder.checkpoints(run).glob(".last.ckpt.*.partial")), "the write that was killed left its part"
     final = run_script("train.py", f"resume={run}", out)
     assert final.returncode == 0, final.stderr[-3000:]
     assert _last(run)["global_step"] == 3 * 150
@@ -171,10 +173,10 @@ def test_resume_from_a_broken_last_checkpoint_names_the_whole_ones_and_touches_n
     train(compose_config("train", run, [*RUN, "trainer.max_epochs=1", "logger=none", "test=false"]))
     (run / ".hydra").mkdir()
     (run / ".hydra" / "overrides.yaml").write_text("- model.net.hidden=64\n")
-    last = run / "checkpoints" / "last.ckpt"
+    last = run_folder.last_checkpoint(run)
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # cut short: a disk that filled, a copy stopped
     (run / "metrics.json").unlink()  # and the run ended there, unfinished
-    (best,) = (run / "checkpoints").glob("epoch*.ckpt")
+    (best,) = run_folder.checkpoints(run).glob("epoch*.ckpt")
     records = {p: p.read_bytes() for p in (run / ".hydra").iterdir()}
     with pytest.raises(InputError) as refused:
         resume.expand(["train.py", f"resume={run}"])
@@ -200,7 +202,7 @@ def test_each_resume_is_recorded_beside_the_launch(tmp_path: Path) -> None:
         )
         assert again.returncode == 0, again.stderr[-2000:]
     assert (run / ".hydra" / "overrides.yaml").read_text() == launch  # the launch's record stays
-    records = sorted((run / resume.HISTORY).glob("*/overrides.yaml"))
+    records = sorted((run / RESUMES).glob("*/overrides.yaml"))
     assert len(records) == 2 and "trainer.max_epochs=3" in records[-1].read_text()
     assert _last(run)["epoch"] == 2  # 3 epochs: the second resume replayed the first's record, then its own
 
@@ -238,7 +240,7 @@ def first_epoch_on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_ddp_run_resumes_on_any_number_of_processes(first_epoch_on_two, one_process, count: int, tmp_path) -> None:
     """The first epoch on 2 processes, the second on 1 or 2 (ckpt_path=): the single-process run's weights
     and optimizer state, as if never stopped."""
-    checkpoint = first_epoch_on_two / "checkpoints" / "last.ckpt"
+    checkpoint = run_folder.last_checkpoint(first_epoch_on_two)
     assert _last(first_epoch_on_two)["global_step"] == 20
     ddp = ["strategy=ddp", f"trainer.devices={count}"] if count > 1 else []
     run = train_like_one_process(tmp_path, f"ckpt_path={checkpoint}", *ddp)
@@ -267,24 +269,31 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     run = one_run(tmp_path)
     log = (run / "train.log").read_text()
     assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}, this run folder's last checkpoint" in log
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 400
+    assert torch.load(run_folder.last_checkpoint(run), weights_only=True)["global_step"] == 400
     assert json.loads((run / "metrics.json").read_text())["test/samples"] == 5 * SUITE_DATA["batch_size"]
 
 
-def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(tmp_path: Path, caplog, monkeypatch) -> None:
-    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command, same launch."""
+@pytest.mark.parametrize("checkpoints", ["checkpoints", "weights"])
+def test_a_run_folder_with_a_last_checkpoint_resumes_from_it(
+    checkpoints: str, tmp_path: Path, caplog, monkeypatch
+) -> None:
+    """As a requeued SLURM job or a restarted torchrun job does: same folder, same command, same launch. And
+    with the checkpoints' folder named otherwise in its one place (run_folder.CHECKPOINTS), conf/ too."""
+    monkeypatch.setattr(run_folder, "CHECKPOINTS", checkpoints)
     monkeypatch.setenv(RUN_ID, "slurm-1234")  # what a requeued job's ranks are given again (launch.py)
     overrides = ["trainer.limit_train_batches=10", "trainer.limit_val_batches=2", "test=false", "logger=none"]
     first = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=1"]))
     assert "Restored all states" not in caplog.text
-    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
+    last_checkpoint = tmp_path / checkpoints / "last.ckpt"
+    assert [path.name for path in tmp_path.iterdir() if path.is_dir()] == [checkpoints]
+    saved = torch.load(last_checkpoint, weights_only=True)["callbacks"]
     (best,) = [state["best"] for name, state in saved.items() if name.startswith("BestMetric")]
     assert best == pytest.approx(
         first["val/acc_best"]
     )  # the best so far travels along (runtime/training/best_metric.py)
     second = train(compose_config("train", tmp_path, [*overrides, "trainer.max_epochs=2"]))
-    assert f"Restored all states from the checkpoint at {tmp_path / 'checkpoints' / 'last.ckpt'}" in caplog.text
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert f"Restored all states from the checkpoint at {last_checkpoint}" in caplog.text
+    last = torch.load(last_checkpoint, weights_only=True)
     assert (last["epoch"], last["global_step"]) == (1, 20)
     assert second["val/acc_best"] == max(first["val/acc_best"], second["val/acc"])  # over both runs' epochs
 
@@ -307,11 +316,11 @@ def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> N
         "callbacks.model_checkpoint.every_n_epochs=null",
     ]
     train(compose_config("train", tmp_path / "stopped", [*short, *every_7_steps]))
-    mid_epoch = tmp_path / "stopped" / "checkpoints" / "step14.ckpt"
+    mid_epoch = run_folder.checkpoints(tmp_path / "stopped") / "step14.ckpt"
     assert torch.load(mid_epoch, weights_only=True)["global_step"] == 14
     train(compose_config("train", tmp_path / "resumed", [*short, f"ckpt_path={mid_epoch}"]))
     whole, resumed = (
-        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True) for run in ("whole", "resumed")
+        torch.load(run_folder.last_checkpoint(tmp_path / run), weights_only=True) for run in ("whole", "resumed")
     )
     assert resumed["global_step"] == 20
     for name, value in whole["state_dict"].items():
@@ -376,7 +385,7 @@ def test_a_resume_record_left_by_a_refused_resume_of_an_older_version_is_told_ho
     """Older versions recorded a resume with fewer epochs before Lightning refused it; its record is replayed."""
     _, run = _finished_run(tmp_path / "run", "trainer.max_epochs=2")
     (run / "metrics.json").unlink()
-    record = run / resume.HISTORY / "2026-01-01_00-00-00"
+    record = run / RESUMES / "2026-01-01_00-00-00"
     record.mkdir(parents=True)
     (record / "overrides.yaml").write_text("- model.net.hidden=64\n- trainer.max_epochs=1\n")
     replayed = resume.expand(["train.py", f"resume={run}"])
@@ -392,7 +401,7 @@ def test_a_resume_record_left_by_a_refused_resume_of_an_older_version_is_told_ho
 
 
 def _last_path(run: Path) -> Path:
-    return run / "checkpoints" / "last.ckpt"
+    return run_folder.last_checkpoint(run)
 
 
 def test_a_run_continued_after_its_training_ended_reports_every_metric(tmp_path: Path) -> None:

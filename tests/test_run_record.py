@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.reporting import provenance, run_record
+from mnistlab.runtime.run import run_folder
 
 from composing import SHORT, compose_config
 
@@ -47,7 +48,7 @@ def test_a_run_records_its_code_versions_machine_and_data(run: Path) -> None:
     if record["diff_sha256"]:  # a dirty tree: the diff beside the record, under its hash
         diff = (run / "run_info.diff").read_text()
         assert hashlib.sha256(diff.encode()).hexdigest() == record["diff_sha256"]
-    for checkpoint in (run / "checkpoints").glob("*.ckpt"):
+    for checkpoint in run_folder.checkpoints(run).glob("*.ckpt"):
         saved = load_checkpoint(checkpoint)["run_info"]
         assert saved == {key: record[key] for key in run_record.ESSENTIALS}
 
@@ -70,7 +71,7 @@ def test_a_checkpoint_of_other_code_or_data_is_named_in_one_warning(
 ) -> None:
     from mnistlab.tasks import evaluate
 
-    checkpoint = load_checkpoint(run / "checkpoints" / "last.ckpt")
+    checkpoint = load_checkpoint(run_folder.last_checkpoint(run))
     checkpoint["run_info"] |= {"commit": "0123abc", "versions": {"torch": "1.0"}}
     changed = sorted(checkpoint["run_info"]["data"])[:1]  # a data file, where the data module reads any
     checkpoint["run_info"]["data"] |= dict.fromkeys(changed, "0" * 64)

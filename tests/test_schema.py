@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mnistlab.runtime.config import schema
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 
 import processes
 from composing import compose_config

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import classifier, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 from mnistlab.trained.serving import http_api

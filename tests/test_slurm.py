@@ -23,6 +23,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from mnistlab.runtime.run import run_folder
+
 import processes
 from composing import DETERMINISTIC, ROOT, SUITE, SUITE_DATA
 from running import assert_same_weights, free_port
@@ -165,7 +167,7 @@ def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninte
         job = _sbatch(slurm, tmp_path, *RUN)
     run = tmp_path / "train" / "runs" / f"slurm-{job}"
     if how == "scontrol requeue":
-        _wait(slurm, job, lambda s: (run / "checkpoints" / "last.ckpt").is_file())  # epoch 0 done: training
+        _wait(slurm, job, lambda s: (run_folder.last_checkpoint(run)).is_file())  # epoch 0 done: training
         subprocess.run(["scontrol", "requeue", job], env=slurm, check=True, timeout=30)
     _start_requeued(slurm, job, "TimeLimit=10")  # no second warning
     _finished(slurm, job, tmp_path)
@@ -225,7 +227,7 @@ def test_a_sweep_on_slurm_runs_each_job_as_ddp_ranks_survives_a_failed_one_and_p
     assert f"1 of 3 jobs of the sweep in {sweep} failed:" in result.stderr
     assert "non-finite" in (jobs[1e30] / "failure.txt").read_text()
     assert (jobs[1e-7] / "pruned.txt").read_text().startswith("pruned after epoch 0")
-    assert torch.load(jobs[1e-7] / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 0  # both ranks stopped
+    assert torch.load(run_folder.last_checkpoint(jobs[1e-7]), weights_only=True)["epoch"] == 0  # both ranks stopped
     noise = ("Bypassing sacct error", "accounting storage is disabled")  # no sacct on this cluster: squeue
     assert not [
         line for line in result.stdout.splitlines() + result.stderr.splitlines() if any(n in line for n in noise)
@@ -270,11 +272,11 @@ def test_a_sweep_on_slurm_resumed_reruns_only_its_killed_job_from_its_checkpoint
     assert first.returncode != 0
     (sweep,) = (p for p in (tmp_path / "train" / "multiruns").iterdir() if p.is_dir())
     assert [(sweep / job / "metrics.json").is_file() for job in "01"] == [True, False]
-    finished = (sweep / "0" / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+    finished = (run_folder.last_checkpoint(sweep / "0")).stat().st_mtime_ns
     again = [sys.executable, "train.py", *SUITE, f"resume={sweep}", *launcher[1:]]
     resumed = processes.run(again, env=slurm, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert (sweep / "0" / "checkpoints" / "last.ckpt").stat().st_mtime_ns == finished  # not run again
+    assert (run_folder.last_checkpoint(sweep / "0")).stat().st_mtime_ns == finished  # not run again
     rows = list(csv.DictReader((sweep / "summary.csv").open()))
     assert [(r["job"], r["status"]) for r in rows] == [("0", "ok"), ("1", "ok")]
     assert f"Resuming from {sweep / '1' / 'checkpoints' / 'last.ckpt'}" in (sweep / "1" / "train.log").read_text()

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistlab.runtime.reporting.failures import RunStopped
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import RunStopped
 from mnistlab.tasks import train
 
 import processes
@@ -64,7 +65,7 @@ def test_a_diverging_run_stops_soon_and_writes_no_checkpoint_of_broken_weights(t
     last = _last(tmp_path)
     assert last["global_step"] == 30  # step 40's checkpoint would have held NaN: not written
     assert all(value.isfinite().all() for name, value in last["state_dict"].items() if name.startswith("net."))
-    (best,) = [p for p in (tmp_path / "checkpoints").glob("epoch*.ckpt")]
+    (best,) = [p for p in run_folder.checkpoints(tmp_path).glob("epoch*.ckpt")]
     assert best.name.startswith("epoch000")  # epoch 1's validation never ran on the broken weights
 
 
@@ -193,7 +194,7 @@ def test_ddp_ranks_stop_together_when_one_diverges(tmp_path: Path) -> None:
     assert result.stdout.count("The training loss became non-finite (NaN or inf) between steps 10 and 20") == 1
     run = one_run(tmp_path)
     assert "became non-finite" in (run / "train_ddp_process_1.log").read_text()
-    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 10
+    assert torch.load(run_folder.last_checkpoint(run), weights_only=True)["global_step"] == 10
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 
 from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.run import run_folder
 from mnistlab.sweeps import gpu_slots
 from mnistlab.sweeps.summary import SweepSummary
 
@@ -29,7 +30,7 @@ def test_failed_jobs_leave_the_others_running_are_listed_at_the_end_and_the_tabl
     result = run_script("train.py", "-m", lrs, *SHORT, "logger=none", f"paths.log_dir={tmp_path}")
     assert result.returncode == 1
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    assert (sweep / "0" / "metrics.json").is_file() and (sweep / "0" / "checkpoints" / "last.ckpt").is_file()
+    assert (sweep / "0" / "metrics.json").is_file() and (run_folder.last_checkpoint(sweep / "0")).is_file()
     lines = result.stderr.strip().splitlines()[-3:]
     assert lines == [
         f"2 of 3 jobs of the sweep in {sweep} failed:",
@@ -84,7 +85,7 @@ def test_sweep_over_ddp_jobs_in_a_pool_of_workers_gives_each_job_its_own_ranks(t
             assert f"model.optimizer.lr={lr}" in (folder / rank_log).read_text()
         metrics = json.loads((folder / "metrics.json").read_text())
         assert (
-            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (folder / "checkpoints" / "last.ckpt").is_file()
+            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (run_folder.last_checkpoint(folder)).is_file()
         )
 
 
@@ -113,7 +114,7 @@ def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) 
             assert lr in (folder / rank_log).read_text()
         metrics = json.loads((folder / "metrics.json").read_text())
         assert (
-            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (folder / "checkpoints" / "last.ckpt").is_file()
+            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (run_folder.last_checkpoint(folder)).is_file()
         )
         best[lr] = metrics["val/acc_best"]
     results = (sweep / "optimization_results.yaml").read_text()
@@ -282,7 +283,7 @@ def test_a_killed_sweep_resumed_finishes_its_jobs_and_leaves_the_finished_one_un
     assert first.returncode != 0
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     assert not (sweep / "1" / "metrics.json").exists() and not (sweep / "2").exists()
-    assert _load(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 10  # its first epoch's
+    assert _load(run_folder.last_checkpoint(sweep / "1"))["global_step"] == 10  # its first epoch's
     before, everything = _files(sweep / "0"), _files(sweep)
     typo = run_script("train.py", f"resume={sweep}", "trainer.max_epochs=abc")  # refused before any job or record
     assert (typo.returncode, typo.stderr.strip()) == (1, "Error: trainer.max_epochs=abc: should be a valid integer")
@@ -298,8 +299,8 @@ def test_a_killed_sweep_resumed_finishes_its_jobs_and_leaves_the_finished_one_un
     ]  # the whole table, the jobs' own values (the kill, a _target_, was not replayed)
     log = (sweep / "1" / "train.log").read_text()
     assert f"Resuming from {sweep / '1' / 'checkpoints' / 'last.ckpt'}" in log
-    assert _load(sweep / "1" / "checkpoints" / "last.ckpt")["global_step"] == 20
-    assert _load(sweep / "2" / "checkpoints" / "last.ckpt")["global_step"] == 20
+    assert _load(run_folder.last_checkpoint(sweep / "1"))["global_step"] == 20
+    assert _load(run_folder.last_checkpoint(sweep / "2"))["global_step"] == 20
     assert (sweep / "comparison.png").is_file()
 
 

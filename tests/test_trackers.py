@@ -8,9 +8,10 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from mnistlab.runtime.checkpointing.run_folder import TRACKERS_FILE
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.reporting import trackers
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.run_folder import TRACKERS_FILE
 
 
 @pytest.mark.parametrize("damage", [b'{"mlflow": "2f4e', b"[]", b"", bytes(range(256))])
@@ -27,8 +28,8 @@ def test_a_damaged_ids_file_is_refused_before_a_tracker_run_opens(damage: bytes,
 def test_a_run_going_on_without_its_ids_says_it_starts_a_new_tracker_run(tmp_path: Path, caplog) -> None:
     assert trackers.saved_id(tmp_path, "mlflow") is None  # a new run folder: a new tracker run, silently
     assert caplog.records == []
-    (tmp_path / "checkpoints").mkdir()
-    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"")
+    run_folder.checkpoints(tmp_path).mkdir()
+    (run_folder.last_checkpoint(tmp_path)).write_bytes(b"")
     with caplog.at_level(logging.WARNING):
         assert trackers.saved_id(tmp_path, "mlflow") is None
     assert f"{tmp_path / TRACKERS_FILE} names no mlflow run for this run to go on in" in caplog.text

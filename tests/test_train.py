@@ -10,7 +10,8 @@ import torch
 from hydra.utils import instantiate
 
 from mnistlab.runtime.checkpointing.checkpoint_io import AtomicCheckpointIO, load_checkpoint
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.tasks import evaluate, train
 from mnistlab.trained import loading
 
@@ -21,7 +22,7 @@ from running import run_script
 
 
 def _best_checkpoint(out: Path) -> Path:
-    (best,) = [p for p in (out / "checkpoints").glob("*.ckpt") if p.name != "last.ckpt"]
+    (best,) = [p for p in run_folder.checkpoints(out).glob("*.ckpt") if p.name != "last.ckpt"]
     return best
 
 
@@ -33,7 +34,7 @@ def test_train_logs_every_metric_and_saves_plain_checkpoints(train_cfg, tmp_path
     assert metrics["val/acc"] > 2 * chance and metrics["test/acc"] > 2 * chance  # 20 steps of Adam learned
     checkpoint = torch.load(_best_checkpoint(tmp_path), weights_only=True)  # no pickled objects inside
     assert checkpoint["config"]["model"]["optimizer"]["lr"] == train_cfg.model.optimizer.lr
-    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert (run_folder.last_checkpoint(tmp_path)).is_file()
     assert (tmp_path / "csv" / "metrics.csv").is_file()
 
 
@@ -83,7 +84,7 @@ def test_a_checkpoint_of_another_model_is_refused_naming_the_layer(train_cfg, tm
     run = tmp_path / "again"
     with pytest.raises(InputError, match=rf"^ckpt_path={re.escape(str(best))}: {layer}"):
         train(compose_config("train", run, [*SHORT, f"ckpt_path={best}", "model.net.hidden=32", "logger=tensorboard"]))
-    assert not (run / "tensorboard").exists() and not (run / "checkpoints").exists()  # refused before they write
+    assert not (run / "tensorboard").exists() and not run_folder.checkpoints(run).exists()  # refused before they write
     altered = torch.load(best, weights_only=True)
     altered["config"]["model"]["net"]["hidden"] = 32
     with pytest.raises(InputError, match=rf"^the checkpoint: {layer}; its saved config and its weights disagree"):
@@ -144,13 +145,13 @@ def test_last_checkpoint_follows_every_epoch_without_improvement(tmp_path: Path)
     each epoch (Lightning 2.6's save_last writes it only beside a new best, or when training ends)."""
     overrides = [*SHORT, "trainer.max_epochs=2", "model.optimizer.lr=0", "test=false", "logger=none"]
     train(compose_config("train", tmp_path, overrides))
-    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    last = torch.load(run_folder.last_checkpoint(tmp_path), weights_only=True)
     assert (last["epoch"], last["global_step"]) == (1, 40)  # epoch 2 would mean: written after training
 
 
 def test_a_checkpoint_write_cut_short_leaves_the_previous_file_whole(tmp_path: Path, monkeypatch) -> None:
     """A job killed while writing last.ckpt (a time limit, a preemption) must still find the last one."""
-    path = tmp_path / "checkpoints" / "last.ckpt"
+    path = run_folder.last_checkpoint(tmp_path)
     AtomicCheckpointIO().save_checkpoint({"global_step": 1}, path)
 
     def killed_mid_write(obj: object, file: BinaryIO) -> None:
@@ -207,13 +208,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_full_disk_is_one_line_and_the_checkpoints_before_stay_whole(small_disk: Path) -> None:
     wide = "model.net.hidden=2200"  # a 2.4 MB checkpoint (weights and Adam's two moments): one fits, two do not
     result = run_script("train.py", *SHORT, wide, "logger=none", f"hydra.run.dir={small_disk}")
-    last = small_disk / "checkpoints" / "last.ckpt"
+    last = run_folder.last_checkpoint(small_disk)
     assert result.returncode == 1
     message = result.stderr.strip()
     assert message.startswith(f"Error: cannot write the checkpoint {last}: no space left on its disk (")
     assert f"MiB free in {last.parent}). The checkpoints written before it are intact" in message
     assert "Traceback" not in message and "\n" not in message
-    (best,) = (small_disk / "checkpoints").glob("epoch*.ckpt")  # written first, whole
+    (best,) = run_folder.checkpoints(small_disk).glob("epoch*.ckpt")  # written first, whole
     assert torch.load(best, weights_only=True)["global_step"] == 20
     assert not last.exists() and not list(small_disk.rglob("*.partial"))
 
@@ -233,16 +234,16 @@ def test_after_a_full_disk_a_resume_goes_on_from_the_newest_checkpoint_and_keeps
     with _tmpfs(tmp_path / "disk", "8m") as disk:
         command = processes.python("train.py", "trainer.accelerator=cpu", *wide, f"hydra.run.dir={disk}")
         stopped = processes.finish(processes.start(command), timeout=300)  # stdout and stderr as one terminal shows
-        last = disk / "checkpoints" / "last.ckpt"
+        last = run_folder.last_checkpoint(disk)
         assert f"\nError: cannot write the checkpoint {last}: no space left on its disk" in stopped, stopped[-3000:]
-        best = sorted((disk / "checkpoints").glob("epoch*.ckpt"))
+        best = sorted(run_folder.checkpoints(disk).glob("epoch*.ckpt"))
         assert [torch.load(p, weights_only=True)["global_step"] for p in (*best, last)] == [20, 40, 20]
 
         resumed = run_script("train.py", f"resume={disk}", "callbacks.model_checkpoint.save_top_k=1")
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         log = (disk / "train.log").read_text()
         assert f"{best[1].name} is newer than last.ckpt, which could not be written then: continuing from it" in log
-        kept = sorted(p.name for p in (disk / "checkpoints").iterdir())
+        kept = sorted(p.name for p in run_folder.checkpoints(disk).iterdir())
         assert len(kept) == 2 and "last.ckpt" in kept and not any("-v" in name for name in kept), kept
         assert torch.load(last, weights_only=True)["global_step"] == 60
 

@@ -10,7 +10,8 @@ import torch
 from omegaconf import OmegaConf
 
 from mnistlab.runtime.checkpointing import resume
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import loading
 
 from composing import SHORT, TRUSTED
@@ -75,8 +76,8 @@ def test_resume_refuses_a_pickled_last_checkpoint_and_planted_overrides(
 ) -> None:
     run = tmp_path / "planted"
     (run / ".hydra").mkdir(parents=True)
-    (run / "checkpoints").mkdir()
-    shutil.copy(pickle_checkpoint, run / "checkpoints" / "last.ckpt")
+    run_folder.checkpoints(run).mkdir()
+    shutil.copy(pickle_checkpoint, run_folder.last_checkpoint(run))
     (run / ".hydra" / "overrides.yaml").write_text("- trainer.max_epochs=1\n")
     result = run_script("train.py", f"resume={run}", *SHORT, timeout=240)
     assert result.returncode == 1 and result.stderr.strip().splitlines()[-1].startswith("Error: "), result.stderr
@@ -87,8 +88,8 @@ def test_resume_refuses_a_pickled_last_checkpoint_and_planted_overrides(
 
 def test_resume_replays_no_override_that_could_run_code(tmp_path: Path) -> None:
     (tmp_path / ".hydra").mkdir()
-    (tmp_path / "checkpoints").mkdir()
-    torch.save({"state_dict": {}}, tmp_path / "checkpoints" / "last.ckpt")
+    run_folder.checkpoints(tmp_path).mkdir()
+    torch.save({"state_dict": {}}, run_folder.last_checkpoint(tmp_path))
     planted = [
         "model.net.hidden=64",
         "+callbacks.evil._target_=builtins.exec",

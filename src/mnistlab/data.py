@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.distributed.batches import InMemoryDataModule
+from mnistlab.runtime.run.failures import InputError
 
 # The four files of torchvision's layout (<data_dir>/<data set>/raw/), the same for every data set in
 # MNIST's format. Each is an IDX file: a magic number (0x0000080<dimensions>: unsigned bytes), the size of

@@ -18,12 +18,14 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime.checkpointing import atomic, checkpoint_io, folder_lock, resume, run_folder
+from mnistlab.runtime.checkpointing import checkpoint_io, folder_lock, resume
 from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError, check_devices
-from mnistlab.runtime.distributed import launch, ray_train
-from mnistlab.runtime.reporting import config_tree, console, hyperparameters, run_record
+from mnistlab.runtime.config.checks import check_devices
+from mnistlab.runtime.distributed import ray_train, rendezvous
+from mnistlab.runtime.reporting import config_tree, hyperparameters, run_record
+from mnistlab.runtime.run import atomic, console, launch, run_folder
+from mnistlab.runtime.run.failures import InputError, resume_command
 from mnistlab.runtime.training import batch_hooks, signals
 from mnistlab.runtime.training.stopping import SafeStop
 
@@ -34,9 +36,9 @@ console.adopt_lightning_loggers()  # Lightning was imported just now, after Hydr
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit the model, then test the best checkpoint on the test set; return every logged metric."""
     check_devices(cfg)
-    launch.check_environment(cfg)
-    if launch.is_distributed_sweep_job(cfg):
-        return launch.run_job_in_fresh_processes()
+    rendezvous.check_environment(cfg)
+    if rendezvous.is_distributed_sweep_job(cfg):
+        return rendezvous.run_job_in_fresh_processes()
     folder = Path(cfg.paths.output_dir)
     folder_lock.hold(folder, "the run")  # a second start on this folder (resume=) is refused while it runs
     try:
@@ -78,13 +80,15 @@ def _before_fit(
     """What fit starts from (``ckpt_path``, or the run's own ``last.ckpt`` on a restart), compared with this
     code and data; the run's overrides logged; a resume recorded once training starts."""
     _log_overrides(cfg)
-    launch.isolate_restarted_workers(trainer.strategy)
+    rendezvous.isolate_restarted_workers(trainer.strategy)
     # (Trainer.callbacks is set by Lightning's callback connector, not declared by the Trainer)
     if not any(isinstance(callback, SafeStop) for callback in trainer.callbacks):  # type: ignore[attr-defined]
         signals.release()  # nothing would act on a stop signal the entry point notes
     if start:
         if start[0] != cfg.get("ckpt_path"):
-            if folder_lock.rank_zero():  # a newer checkpoint than last.ckpt becomes last.ckpt (the others read either)
+            if (
+                launch.current().is_rank_zero
+            ):  # a newer checkpoint than last.ckpt becomes last.ckpt (the others read either)
                 start = str(resume.adopt_as_last(Path(start[0]))), start[1]
             log.info("Resuming from %s, this run folder's last checkpoint", start[0])
         run_record.warn_if_different(start[1], start[0], run_record.data_files(datamodule))
@@ -110,9 +114,9 @@ def _fit(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningDa
     try:
         trainer.fit(model, datamodule=datamodule, ckpt_path=start)
     except (DistNetworkError, DistStoreError) as err:
-        raise launch.rendezvous_failure(err) from err
+        raise rendezvous.rendezvous_failure(err) from err
     except RuntimeError as err:  # DistBackendError among them: a rank that stopped answering
-        raise launch.lost_peer(err, trainer) from err
+        raise rendezvous.lost_peer(err, trainer) from err
     finally:
         if trainer.progress_bar_callback is not None and trainer.interrupted and trainer.is_global_zero:
             print(flush=True)  # end the progress bar's line: the one line that says why stands on its own
@@ -139,7 +143,7 @@ def _test(trainer: L.Trainer, model: L.LightningModule, datamodule: L.LightningD
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Test the checkpoint ``cfg.ckpt_path`` on the test set; return the test metrics."""
     check_devices(cfg)
-    launch.check_environment(cfg)
+    rendezvous.check_environment(cfg)
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
     checkpoint = load_checkpoint(cfg.ckpt_path)
@@ -253,7 +257,7 @@ def _last_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
     """The run folder's own last checkpoint, read, if it has one and this run wrote it: a requeued or restarted
     job, or ``resume=``, continues from it (``resume.continue_from``: last.ckpt, or a newer one of the run's)."""
     folder = Path(cfg.paths.output_dir)
-    if any(folder.glob("hpc_ckpt_*.ckpt")):
+    if any(folder.glob(run_folder.SLURM_CHECKPOINTS)):
         return None  # Lightning resumes from the newer checkpoint it saved when SLURM signalled the job
     path = resume.continue_from(folder)
     if path is None:
@@ -262,9 +266,9 @@ def _last_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
     writer = checkpoint.get(RUN_ID_KEY)
     if not cfg.get("resume") and (writer is None or writer != launch.run_id()):
         raise InputError(  # ownership.OwnFolder refuses it before Hydra writes; train(cfg) called directly, here
-            f"{folder} already holds a run's {run_folder.LAST_CHECKPOINT} (written by "
+            f"{folder} already holds a run's {run_folder.last_checkpoint(folder).relative_to(folder)} (written by "
             f"{writer or 'a run started by hand'}), and this run did not write it. Continue that run with "
-            f"python train.py resume={folder}, or start this one in a folder of its own"
+            f"{resume_command(folder)}, or start this one in a folder of its own"
         )
     return str(path), checkpoint
 

@@ -4,16 +4,17 @@ log file per rank.
 Each sweep job is a SLURM job of ``trainer.num_nodes x trainer.devices`` tasks, and every task runs
 Hydra's job set-up: left alone, all of a job's ranks save its config and append to its train.log.
 Here a task other than rank 0 saves no config and logs to ``<job name>_ddp_process_<rank>.log``,
-as the ranks of every other launch path do (``mnistlab/runtime/distributed/launch.py``); and on a cluster without
+as the ranks of every other launch path do (``mnistlab/runtime/run/launch.py``); and on a cluster without
 accounting, job states come from squeue instead of sacct. Hydra takes launchers only from its
 ``hydra_plugins`` namespace, hence this package beside ``mnistlab``. Hydra imports every plugin at
 start-up: submitit itself is imported only when a sweep is launched.
 """
 
-import os
 import subprocess
 from collections.abc import Sequence
 from typing import Any
+
+from mnistlab.runtime.run import launch
 
 try:
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher as SubmititSlurmLauncher
@@ -30,14 +31,10 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return super().launch(job_overrides, initial_job_idx)
 
     def __call__(self, sweep_overrides: list[str], job_dir_key: str, *args: Any, **kwargs: Any) -> Any:
-        rank = int(os.environ.get("SLURM_PROCID", "0"))  # this task's rank in the job, as Lightning reads it
-        if rank:
-            name = self.config.hydra.job.name
-            sweep_overrides = [
-                *sweep_overrides,
-                "hydra.output_subdir=null",
-                f"hydra.job.name={name}_ddp_process_{rank}",
-            ]
+        started = launch.current()  # this task's place in the job
+        if started.rank:
+            name = launch.log_name(started.rank, self.config.hydra.job.name)
+            sweep_overrides = [*sweep_overrides, "hydra.output_subdir=null", f"hydra.job.name={name}"]
         return super().__call__(sweep_overrides, job_dir_key, *args, **kwargs)
 
 

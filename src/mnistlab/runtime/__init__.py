@@ -1,7 +1,9 @@
-"""The machinery of one run, by concern: ``config/`` (what a run is told, checked), ``distributed/`` (its
-processes and their shards of each batch), ``checkpointing/`` (its folder and checkpoints, whole or not at
-all, and resume), ``training/`` (the loop's callbacks: best metric, stop signals, schedule horizon, batch
-hooks) and ``reporting/`` (console, failures, pictures, hyperparameters, trackers, run record).
+"""The machinery of one run, by concern, each subpackage importing only those before it here: ``run/``
+(what every part asks of one run: its folder's names, who started this process, failures, files written
+whole, the console), ``config/`` (what a run is told, checked), ``distributed/`` (how its processes meet,
+and their shards of each batch), ``checkpointing/`` (who may start in its folder, checkpoints whole or not
+at all, resume), ``reporting/`` (config tree, pictures, hyperparameters, trackers, run record) and
+``training/`` (the loop's callbacks: best metric, stop signals, schedule horizon, batch hooks).
 
 It imports nothing else of this package: the example (network, module, data module) and the other
 subpackages build on it, never the other way round.

@@ -23,9 +23,9 @@ from matplotlib.ticker import NullLocator
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from mnistlab.runtime.checkpointing import atomic
-from mnistlab.runtime.checkpointing.run_folder import FIGURE_FILE
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import atomic, run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.run_folder import FIGURE_FILE
 from mnistlab.sweeps.jobs import read_jobs, varied
 
 LEGEND_AT_MOST = 12  # runs: more than this many, and the curves go unlabelled
@@ -47,7 +47,7 @@ def compare(
             raise InputError(
                 f"{folder}: no such folder; name run or sweep folders, e.g. outputs/train/multiruns/<date>_<time>"
             )
-        if not (folder / ".hydra").is_dir() and not any(folder.glob("*/.hydra/overrides.yaml")):
+        if not (folder / run_folder.SAVED).is_dir() and not any(folder.glob(f"*/{run_folder.SAVED_OVERRIDES}")):
             raise InputError(f"{folder} is neither a run's folder nor a sweep's (no .hydra/ in it or in its jobs)")
     path = out or (folders[0] / FIGURE_FILE if len(folders) == 1 else Path(FIGURE_FILE))
     _check_writable(path)
@@ -74,7 +74,7 @@ def _check_writable(path: Path) -> None:
 def _optimized_metric(folder: Path) -> str:
     """What the runs were optimised for (their config's optimized_metric), read as plain YAML: data. Hydra
     saves it unresolved (``${monitor}_best``)."""
-    config = next(iter(sorted(folder.glob("**/.hydra/config.yaml"))), None)
+    config = next(iter(sorted(folder.glob(f"**/{run_folder.SAVED_CONFIG}"))), None)
     saved = (yaml.safe_load(config.read_text()) or {}) if config else {}
     try:  # the saved config's references to its own keys: OmegaConf resolves them, as the run did
         found = OmegaConf.select(OmegaConf.create(saved), "optimized_metric") if isinstance(saved, dict) else None
@@ -92,7 +92,7 @@ def curve_of(metric: str) -> str:
 
 def read_curve(folder: Path, name: str) -> list[tuple[int, float]]:
     """(step, value) of ``name`` as the run's logger wrote it; empty where it wrote none here."""
-    if events := sorted((folder / "tensorboard").glob("events.out.tfevents.*")):
+    if events := sorted((folder / run_folder.TENSORBOARD).glob("events.out.tfevents.*")):
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
         points: dict[int, float] = {}

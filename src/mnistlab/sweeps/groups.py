@@ -13,7 +13,7 @@ from typing import Protocol
 from rich.console import Console
 from rich.table import Table
 
-from mnistlab.runtime.checkpointing import atomic
+from mnistlab.runtime.run import atomic
 
 REPEATS = ("seed", "data.fold")  # what a repetition varies
 

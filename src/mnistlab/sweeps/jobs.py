@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from mnistlab.runtime.checkpointing.run_folder import FAILURE_FILE, METRICS_FILE, PRUNED_FILE
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.run_folder import FAILURE_FILE, METRICS_FILE, PRUNED_FILE
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Job:
 def read_jobs(folder: Path, metric: str) -> list[Job]:
     """The runs in ``folder``: a sweep's jobs, in job order, or the one run whose folder it is."""
     jobs = []
-    for overrides in folder.rglob(".hydra/overrides.yaml"):
+    for overrides in folder.rglob(str(run_folder.SAVED_OVERRIDES)):
         job = overrides.parent.parent
         # Plain YAML: OmegaConf would resolve the interpolations in a job's overrides while they are read.
         saved = _read(overrides, _yaml)

@@ -10,8 +10,8 @@ from typing import Any
 
 import lightning as L
 
-from mnistlab.runtime.checkpointing import atomic
-from mnistlab.runtime.checkpointing.run_folder import PRUNED_FILE
+from mnistlab.runtime.run import atomic
+from mnistlab.runtime.run.run_folder import PRUNED_FILE
 
 log = logging.getLogger(__name__)
 

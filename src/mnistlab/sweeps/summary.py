@@ -15,8 +15,8 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from mnistlab.runtime.checkpointing import atomic
-from mnistlab.runtime.checkpointing.run_folder import FIGURE_FILE, GROUPS_FILE, SUMMARY_FILE
+from mnistlab.runtime.run import atomic
+from mnistlab.runtime.run.run_folder import FIGURE_FILE, GROUPS_FILE, SUMMARY_FILE
 from mnistlab.sweeps import groups
 from mnistlab.sweeps.jobs import Job, read_jobs, varied
 

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.reporting import run_record
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import loading, model_card
 
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from PIL import Image
 
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import classifier
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # read when gradio is imported: no usage reports, no version check

@@ -14,7 +14,7 @@ from typing import BinaryIO
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 
 SUFFIXES = {".png", ".jpg", ".jpeg"}
 BOX, FIELD = 20, 28  # the digit's box and the image, in pixels

@@ -21,9 +21,9 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from mnistlab.runtime.checkpointing import atomic
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import atomic
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import loading, model_card
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from torch import nn
 
 from mnistlab.runtime.checkpointing.checkpoint_io import fit_weights
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 
 PACKAGE = __name__.partition(".")[0]
 # Where a checkpoint's network and data module may come from (export checks on the test data it serves),

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checkpointing import atomic
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import atomic
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import classifier, digits
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ is the global batch (all devices together), and the loaders shard each batch ove
 import torch
 from torch import Tensor
 
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.distributed.batches import InMemoryDataModule
+from mnistlab.runtime.run.failures import InputError
 
 # Pixel noise against class patterns of standard deviation 1: the default train.py reaches 98.5% test
 # accuracy in two epochs (89% after 20 steps), so metrics move as on real data rather than sit at 1.0.

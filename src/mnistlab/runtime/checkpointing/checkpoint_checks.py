@@ -12,6 +12,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from mnistlab.runtime.run.failures import refused
+
 REMOTE = "checkpoints are read from local files only; download it first (docs/reliability.md, Trust)"
 
 
@@ -54,4 +56,4 @@ class ReadableCheckpoint(Callback):
         if "ckpt_path" not in config or OmegaConf.is_missing(config, "ckpt_path") or not config.ckpt_path:
             return
         if problem := unreadable(config.ckpt_path):
-            raise SystemExit(f"Error: ckpt_path={config.ckpt_path}{problem}")
+            raise refused(f"ckpt_path={config.ckpt_path}{problem}")

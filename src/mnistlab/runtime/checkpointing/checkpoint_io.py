@@ -11,9 +11,9 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from torch import nn
 
-from mnistlab.runtime.checkpointing import atomic, checkpoint_checks
-from mnistlab.runtime.config.checks import InputError
-from mnistlab.runtime.distributed import launch
+from mnistlab.runtime.checkpointing import checkpoint_checks
+from mnistlab.runtime.run import atomic, launch
+from mnistlab.runtime.run.failures import InputError, resume_command
 
 RUN_ID_KEY = "run_id"  # in every checkpoint: the launch that wrote it (launch.run_id), None for a run by hand
 # What to do when a checkpoint does not fit the configured model: it was trained with other settings.
@@ -78,8 +78,8 @@ def _write_failure(target: Path, err: Exception, written: int) -> Exception:
     reason = "no space left on its disk" if full else " ".join(str(err).split())[:200]
     return InputError(
         f"cannot write the checkpoint {target}: {reason} ({free / 2**20:.1f} MiB free in {target.parent}). "
-        "The checkpoints written before it are intact; once it can be written, continue with "
-        f"python train.py resume={target.parent.parent}"
+        f"The checkpoints written before it are intact; once it can be written, continue with "
+        f"{resume_command(target.parent.parent)}"
     )
 
 

@@ -26,10 +26,10 @@ from typing import Any, TextIO
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checkpointing.run_folder import LOCK_FILE
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import launch
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.run_folder import LOCK_FILE
 
-RANKS = ("RANK", "SLURM_PROCID", "NODE_RANK", "LOCAL_RANK")  # a launcher's or Lightning's ranks of this process
 log = logging.getLogger(__name__)
 _held: dict[Path, TextIO] = {}  # folder -> its open lock file: the lock lasts as long as the process
 
@@ -38,7 +38,7 @@ def hold(folder: Path, what: str) -> None:
     """Take ``folder``'s lock for this process, or refuse: ``what`` names the folder in the message
     ("the run", "the sweep"). A second call for a folder already held here does nothing."""
     folder = folder.resolve()
-    if folder in _held or not rank_zero():
+    if folder in _held or not launch.current().is_rank_zero:
         return
     folder.mkdir(parents=True, exist_ok=True)
     file = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 (kept open: closing it would release the lock)
@@ -63,7 +63,7 @@ def hold(folder: Path, what: str) -> None:
 def refuse_if_held(folder: Path, what: str) -> None:
     """Refuse as :func:`hold` does where another process holds ``folder``, without taking its lock or
     writing anything: a start that may yet be refused for another reason leaves the folder as it was."""
-    if folder.resolve() in _held or not rank_zero():
+    if folder.resolve() in _held or not launch.current().is_rank_zero:
         return
     try:
         file = open(folder / LOCK_FILE)  # noqa: SIM115 (a folder no process ever held has none)
@@ -99,8 +99,3 @@ class SweepLock(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         release(Path(config.hydra.sweep.dir))
-
-
-def rank_zero() -> bool:
-    """Whether this process is the run's first (no launcher's or Lightning's rank variable says otherwise)."""
-    return all(os.environ.get(name, "0") == "0" for name in RANKS)

@@ -25,8 +25,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checkpointing import folder_lock, run_folder
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.checkpointing import folder_lock
+from mnistlab.runtime.run import launch, run_folder
+from mnistlab.runtime.run.failures import InputError, refused, resume_command
 
 
 class OwnFolder(Callback):
@@ -45,33 +46,32 @@ class OwnFolder(Callback):
 
 
 def _refuse_a_bad_run_id() -> None:
-    if (given := os.environ.get(run_folder.RUN_ID)) and (problem := run_folder.bad_run_id(given)):  # "": unset
-        raise SystemExit(f"Error: {problem}")
+    if (given := os.environ.get(launch.RUN_ID)) and (problem := run_folder.bad_run_id(given)):  # "": unset
+        raise refused(problem)
 
 
 def _refuse_unless_own(folder: Path, key: str, kind: str) -> None:
     """``kind``: what ``folder`` is for, "run" or "sweep"; ``key``: the setting that names it."""
-    if not folder_lock.rank_zero() or run_folder.is_free(folder):
+    if not launch.current().is_rank_zero or run_folder.is_free(folder):
         return
     try:
         folder_lock.refuse_if_held(folder, f"the {kind}")  # a run still going: say so, with its holder
     except InputError as err:
-        raise SystemExit(f"Error: {err}") from None
-    given = os.environ.get(run_folder.RUN_ID)
-    named = f"{run_folder.RUN_ID}={given} names {folder}" if given else f"{key}={folder}"
+        raise refused(err) from None
+    given = os.environ.get(launch.RUN_ID)
+    named = f"{launch.RUN_ID}={given} names {folder}" if given else f"{key}={folder}"
     if not (run_folder.is_sweep(folder) if kind == "sweep" else run_folder.is_run(folder)):
-        raise SystemExit(
-            f"Error: {named}, which exists and is not a {kind} folder: nothing was written there; name a new or "
-            "empty folder"
+        raise refused(
+            f"{named}, which exists and is not a {kind} folder: nothing was written there; name a new or empty folder"
         )
     writer = _last_checkpoint_writer(folder)
     if given and folder.name == given and writer in (given, _NONE):
         return  # the same launch, started again: it resumes from its last.ckpt (tasks._last_checkpoint)
     by = "" if writer is _NONE else f" (its last.ckpt written by {writer or 'a run started by hand'})"
-    instead = f"unset {run_folder.RUN_ID}" if given else f"leave {key} out"
-    raise SystemExit(
-        f"Error: {named}, which already holds a {kind}{by}: nothing was written there. Continue that {kind} with "
-        f"python train.py resume={folder}, or start this one in a new folder ({instead})"
+    instead = f"unset {launch.RUN_ID}" if given else f"leave {key} out"
+    raise refused(
+        f"{named}, which already holds a {kind}{by}: nothing was written there. Continue that {kind} with "
+        f"{resume_command(folder)}, or start this one in a new folder ({instead})"
     )
 
 
@@ -80,7 +80,7 @@ _NONE = object()  # a run folder without last.ckpt
 
 def _last_checkpoint_writer(folder: Path) -> object:
     """The launch that wrote the folder's last.ckpt (None: a run started by hand); ``_NONE`` without one."""
-    last = folder / run_folder.LAST_CHECKPOINT
+    last = run_folder.last_checkpoint(folder)
     if not last.is_file():
         return _NONE
     # Here, not at the top: torch takes seconds to import, and only a start in a taken folder reads a checkpoint.
@@ -90,4 +90,4 @@ def _last_checkpoint_writer(folder: Path) -> object:
         checkpoint = read(last, what="last.ckpt", mmap=True)
         return checkpoint.get(RUN_ID_KEY) if isinstance(checkpoint, dict) else None
     except InputError as err:  # damaged, or not a checkpoint
-        raise SystemExit(f"Error: {err}") from None
+        raise refused(err) from None

@@ -39,21 +39,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime.checkpointing import folder_lock
 from mnistlab.runtime.checkpointing.checkpoint_checks import broken_checkpoint
-from mnistlab.runtime.checkpointing.run_folder import (
+from mnistlab.runtime.config import hydra_versions, schema
+from mnistlab.runtime.config.overrides import first_value
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError, resume_command
+from mnistlab.runtime.run.run_folder import (
     FAILURE_FILE,
-    LAST_CHECKPOINT,
     METRICS_FILE,
+    RESUMES,
+    SAVED_CONFIG,
     SAVED_OVERRIDES,
     SWEEP_FILE,
     is_run,
+    last_checkpoint,
 )
-from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
-from mnistlab.runtime.config.overrides import first_value
 
 KEY = "resume"
 RUN_DIR_OVERRIDE = "hydra.run.dir"
-HISTORY = Path(".hydra") / "resumes"  # in the run folder: one <date>_<time>/ per resume
 LAUNCHER = re.compile(r"hydra/launcher=\w+")  # a launcher of conf/hydra/launcher/: replayed with a sweep
 # What a replayed override may not contain: keys that make Hydra import and call something, and the
 # interpolations that could assemble one.
@@ -90,7 +92,9 @@ def expand(argv: list[str]) -> list[str]:
 def _expand_sweep(argv: list[str], folder: Path) -> list[str]:
     """``argv`` with ``resume=<sweep folder>`` replaced by that sweep, launched again into its folder."""
     if any(arg.startswith(f"{RUN_DIR_OVERRIDE}=") for arg in argv[1:]):
-        return argv  # one job of a resumed sweep, re-run in processes of its own (launch.run_job_in_fresh_processes)
+        return (
+            argv  # one job of a resumed sweep, re-run in processes of its own (rendezvous.run_job_in_fresh_processes)
+        )
     folder_lock.refuse_if_held(folder, "the sweep")
     saved = _sweep_record(folder)
     overrides = saved["overrides"]
@@ -129,16 +133,16 @@ def split(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def record(cfg: DictConfig, overrides: Sequence[str]) -> Path:
     """Add this resume to the run folder's history: its config and its whole command line's overrides."""
-    entry = Path(cfg.paths.output_dir) / HISTORY / time.strftime("%Y-%m-%d_%H-%M-%S")  # the run, or sweep job
+    entry = Path(cfg.paths.output_dir) / RESUMES / time.strftime("%Y-%m-%d_%H-%M-%S")  # the run, or sweep job
     entry.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, entry / "config.yaml")
-    (entry / "overrides.yaml").write_text(yaml.safe_dump([str(o) for o in overrides]))
+    OmegaConf.save(cfg, entry / SAVED_CONFIG.name)
+    (entry / SAVED_OVERRIDES.name).write_text(yaml.safe_dump([str(o) for o in overrides]))
     return entry
 
 
 def latest_overrides(folder: Path) -> Path:
     """The overrides the run was last started with: its newest resume's, else its launch's."""
-    resumes = sorted((folder / HISTORY).glob("*/overrides.yaml"))
+    resumes = sorted((folder / RESUMES).glob(f"*/{SAVED_OVERRIDES.name}"))
     return resumes[-1] if resumes else folder / SAVED_OVERRIDES
 
 
@@ -192,7 +196,7 @@ def _refuse_finished(folder: Path, given: list[str]) -> None:
     it was last given. Otherwise it would test its last weights and replace its results with theirs."""
     if not (folder / METRICS_FILE).is_file():
         return
-    saved = _yaml(latest_overrides(folder).parent / "config.yaml")
+    saved = _yaml(latest_overrides(folder).parent / SAVED_CONFIG.name)
     trainer = saved.get("trainer") if isinstance(saved, dict) else None
     limits = trainer if isinstance(trainer, dict) else {}
     for key in ("max_epochs", "max_steps"):
@@ -218,8 +222,6 @@ def _check_first_job(script: Path, folder: Path, overrides: list[str]) -> None:
     """The resumed sweep's first job, composed and checked as train.py will: a bad override given now is
     refused in one line before the sweep's record or any job's folder is touched."""
     from hydra import compose, initialize_config_dir
-
-    from mnistlab.runtime.config import schema
 
     # Hydra's own settings (the launcher's, hydra.*) shape how jobs run, not what a job is: left out, but
     # for the search path, where the configs the job names may lie.
@@ -253,29 +255,31 @@ def _check(folder: Path, from_checkpoint: bool) -> None:
         raise InputError(f"resume={folder}: no such folder; name a run's folder, e.g. outputs/train/runs/<date>_<time>")
     if not is_run(folder):
         raise InputError(f"resume={folder} is not a run folder (no {SAVED_OVERRIDES} in it)")
-    last = folder / LAST_CHECKPOINT
-    if from_checkpoint or any(folder.glob("hpc_ckpt_*.ckpt")):
+    last = last_checkpoint(folder)
+    if from_checkpoint or any(folder.glob(run_folder.SLURM_CHECKPOINTS)):
         return  # ckpt_path= names the checkpoint to continue from (tasks.train checks it)
     if not last.is_file() and not newer_than_last(folder):
         raise InputError(
-            f"resume={folder} has no checkpoints/last.ckpt: the run stopped before its first checkpoint, so there "
-            "is nothing to resume; start it again with the overrides in its .hydra/overrides.yaml"
+            f"resume={folder} has no {last.relative_to(folder)}: the run stopped before its first checkpoint, so "
+            f"there is nothing to resume; start it again with the overrides in its {SAVED_OVERRIDES}"
         )
     if last.is_file() and (problem := broken_checkpoint(last)):
         whole = whole_checkpoints(folder)
         then = (
             f"the whole checkpoints beside it, newest first: {', '.join(p.name for p in whole)}; continue from one "
-            f"with python train.py resume={folder} ckpt_path={whole[0]}"
+            f"with {resume_command(folder, f'ckpt_path={whole[0]}')}"
             if whole
             else "no other checkpoint beside it is whole: start the run again"
         )
-        raise InputError(f"resume={folder}: its checkpoints/last.ckpt is not a whole checkpoint ({problem}); {then}")
+        raise InputError(
+            f"resume={folder}: its {last.relative_to(folder)} is not a whole checkpoint ({problem}); {then}"
+        )
 
 
 def whole_checkpoints(folder: Path, since: float = float("-inf")) -> list[Path]:
     """The whole checkpoints of the run's checkpoints/ written after ``since`` (a modification time), newest
     first; a damaged one (cut short, failing its CRCs) left out."""
-    written = {path: path.stat().st_mtime for path in (folder / LAST_CHECKPOINT).parent.glob("*.ckpt")}
+    written = {path: path.stat().st_mtime for path in run_folder.checkpoints(folder).glob("*.ckpt")}
     newest = sorted((path for path, mtime in written.items() if mtime > since), key=written.__getitem__, reverse=True)
     return [path for path in newest if not broken_checkpoint(path)]
 
@@ -284,14 +288,14 @@ def newer_than_last(folder: Path) -> list[Path]:
     """The whole checkpoints written after the run's last.ckpt (all of them where it has none), newest first:
     a best checkpoint saved at an epoch's end whose last.ckpt could not be written (a full disk) holds that
     epoch, which a resume from last.ckpt would train again (and save again, as a -v1 copy)."""
-    last = folder / LAST_CHECKPOINT
+    last = last_checkpoint(folder)
     return whole_checkpoints(folder, since=last.stat().st_mtime if last.is_file() else float("-inf"))
 
 
 def continue_from(folder: Path) -> Path | None:
     """The checkpoint the run in ``folder`` continues from: its last.ckpt, or a newer whole one
     (:func:`newer_than_last`)."""
-    last = folder / LAST_CHECKPOINT
+    last = last_checkpoint(folder)
     if newer := newer_than_last(folder):
         log.warning("%s is newer than last.ckpt, which could not be written then: continuing from it", newer[0].name)
         return newer[0]
@@ -302,7 +306,7 @@ def adopt_as_last(checkpoint: Path) -> Path:
     """Make ``checkpoint`` (of :func:`continue_from`) the run's last.ckpt, as a hard link (no space taken), so
     that the run goes on as from any last.ckpt: Lightning never deletes the file a run resumed from, and would
     keep that best checkpoint beyond save_top_k. Where the file system has no hard links, ``checkpoint`` as it is."""
-    last = checkpoint.parent / LAST_CHECKPOINT.name
+    last = checkpoint.parent / last_checkpoint(checkpoint.parent).name
     if checkpoint == last:
         return last
     linked = last.with_name(f".{last.name}.{os.getpid()}.link")

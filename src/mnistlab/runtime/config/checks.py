@@ -10,13 +10,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from mnistlab.runtime.run.failures import InputError
+
 log = logging.getLogger(__name__)
 PER_CORE = 2  # CPU processes per core beyond which a run is refused (each would wait for the others most of the time)
 INSIST = "allow_cpu_oversubscription"  # conf/run.yaml: true lifts the refusal, for experiments
-
-
-class InputError(ValueError):
-    """A wrong override, a missing or corrupt file: the user's to fix, so entry points print one line."""
 
 
 def did_you_mean(parent: str, name: str, names: Iterable[str]) -> str | None:

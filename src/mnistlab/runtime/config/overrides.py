@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
 from mnistlab.runtime.config import hydra_versions, schema
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 
 
 def refuse_unknown_keys(argv: Sequence[str], conf: Path, config_name: str, model: type[schema.Node]) -> None:

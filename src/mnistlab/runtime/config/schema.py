@@ -16,7 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from mnistlab.runtime.config import signatures
-from mnistlab.runtime.config.checks import InputError, did_you_mean, indivisible_batch
+from mnistlab.runtime.config.checks import did_you_mean, indivisible_batch
+from mnistlab.runtime.run.failures import InputError
 
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]

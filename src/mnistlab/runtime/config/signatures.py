@@ -16,7 +16,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mnistlab.runtime.config.checks import InputError, did_you_mean
+from mnistlab.runtime.config.checks import did_you_mean
+from mnistlab.runtime.run.failures import InputError
 
 HYDRA_KEYS = {"_target_", "_partial_", "_args_", "_recursive_", "_convert_"}
 MAX_HOPS = 8  # re-exports and base classes followed before giving up (an unreadable chain is not checked)

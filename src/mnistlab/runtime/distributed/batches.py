@@ -13,7 +13,8 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from mnistlab.runtime.config.checks import InputError, indivisible_batch
+from mnistlab.runtime.config.checks import indivisible_batch
+from mnistlab.runtime.run.failures import InputError
 
 PAD_LABEL = -100
 """Label of padding rows: torch's default ``ignore_index``, so they count in no loss and no metric."""

@@ -27,10 +27,9 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.runtime.checkpointing import run_folder
-from mnistlab.runtime.config.checks import InputError
 from mnistlab.runtime.distributed import local_ray
-from mnistlab.runtime.reporting import console
+from mnistlab.runtime.run import console, launch, run_folder
+from mnistlab.runtime.run.failures import InputError, RunStopped, continue_line
 
 log = logging.getLogger(__name__)
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # conf/hydra/'s, for the workers' logs
@@ -66,10 +65,8 @@ def run(cfg: DictConfig, fit_and_test: Callable[..., dict[str, float]]) -> dict[
     try:
         trainer.fit()
     except ray.train.TrainingFailedError as err:
-        from mnistlab.runtime.reporting.failures import RunStopped
-
         raise RunStopped(
-            f"Stopped: a Ray worker failed ({_first_line(err)}). Continue with: python train.py resume={folder}",
+            f"Stopped: a Ray worker failed ({_first_line(err)}). {continue_line(folder)}",
             exit_code=1,
         ) from err
     log.info("Ray Train's %d workers ran fit and test in %.1f s", scaling.num_workers, time.monotonic() - started)
@@ -134,11 +131,10 @@ def _worker(config: dict[str, Any]) -> None:
     from ray.train.lightning import prepare_trainer
 
     os.chdir(config["cwd"])  # relative paths of the config mean the driver's folder (a shared one, on a cluster)
-    os.environ[run_folder.RUN_ID] = config["run_id"]
+    os.environ[launch.RUN_ID] = config["run_id"]
     cfg = OmegaConf.create(config["cfg"])
     rank = ray.train.get_context().get_world_rank()
-    name = "train.log" if rank == 0 else f"train_ddp_process_{rank}.log"
-    handler = logging.FileHandler(Path(cfg.paths.output_dir) / name)
+    handler = logging.FileHandler(Path(cfg.paths.output_dir) / f"{launch.log_name(rank, 'train')}.log")
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.INFO)

@@ -1,3 +1,5 @@
-"""What a run tells: its console and logs, its config as a tree, its failures in one line, test
-pictures, hyperparameters, trackers (MLflow, W&B), the profiler, its record of code and data.
+"""What a run tells besides its console (``run/console.py``): its config as a tree, test pictures,
+hyperparameters, trackers (MLflow, W&B), the profiler, its record of code and data.
+
+It imports ``run/``, ``config/``, ``distributed/`` and ``checkpointing/`` of the machinery.
 """

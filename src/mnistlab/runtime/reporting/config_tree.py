@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.tree import Tree
 
-from mnistlab.runtime.checkpointing.run_folder import TREE_FILE
+from mnistlab.runtime.run.run_folder import TREE_FILE
 
 FIRST = ("data", "model", "trainer", "callbacks", "logger", "paths")  # the groups, then the top-level keys
 

@@ -25,8 +25,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistlab.runtime.checkpointing import atomic, run_folder
 from mnistlab.runtime.reporting import provenance
+from mnistlab.runtime.run import atomic, run_folder
 
 log = logging.getLogger(__name__)
 

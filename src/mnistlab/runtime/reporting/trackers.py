@@ -16,9 +16,9 @@ from lightning.pytorch import loggers
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistlab.runtime.checkpointing import atomic
-from mnistlab.runtime.checkpointing.run_folder import TRACKERS_FILE
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import atomic, run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.run_folder import TRACKERS_FILE
 
 AN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # MLflow's hex run ids, W&B's base-36 ones
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def saved_id(folder: str | Path, tracker: str) -> str | None:
     if found is not None and not (isinstance(found, str) and AN_ID.fullmatch(found)):
         log.warning("%s: %s's run id %r is not an id; this run starts a new %s run", path, tracker, found, tracker)
         return None
-    if found is None and (Path(folder) / "checkpoints" / "last.ckpt").is_file():
+    if found is None and run_folder.last_checkpoint(Path(folder)).is_file():
         log.warning(
             "%s names no %s run for this run to go on in: its metrics go to a new %s run", path, tracker, tracker
         )

@@ -37,10 +37,10 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Checkpoint
 
-from mnistlab.runtime.reporting.failures import RunStopped
+from mnistlab.runtime.run import launch
+from mnistlab.runtime.run.failures import RunStopped, continue_line
 from mnistlab.runtime.training import signals
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class SafeStop(Checkpoint):  # a checkpointing callback: it saves the run where 
     def _stop(self, trainer: L.Trainer, signum: signal.Signals) -> None:
         """Save the run at this step on every rank, requeue a SLURM job on SIGUSR1/2, and stop."""
         signals.acted_on()
-        requeue = self.requeue and signum in signals.WARNINGS and SLURMEnvironment.detect()
+        requeue = self.requeue and signum in signals.WARNINGS and launch.current().launcher == "slurm"
         if requeue:  # the requeue SIGTERMs every task of the job: let them finish saving and saying so
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank takes part; rank 0 writes
@@ -133,7 +133,7 @@ class SafeStop(Checkpoint):  # a checkpointing callback: it saves the run where 
         then = (
             f"Requeuing SLURM job {os.environ.get('SLURM_JOB_ID')}: it resumes from there"
             if requeue
-            else f"Continue with: python train.py resume={trainer.default_root_dir}"
+            else continue_line(trainer.default_root_dir)
         )
         where = f"step {trainer.global_step} (epoch {trainer.current_epoch})"
         message = f"Stopped by {signum.name} at {where}; saved {self.checkpoint}. {then}"
@@ -153,14 +153,9 @@ class SafeStop(Checkpoint):  # a checkpointing callback: it saves the run where 
 
 
 def _requeue_slurm_job(run: str) -> None:
-    """Requeue this SLURM batch job (SLURMEnvironment.detect: not an interactive allocation)."""
+    """Requeue this SLURM batch job (not an interactive allocation: launch.current())."""
     array = os.environ.get("SLURM_ARRAY_JOB_ID")
     job = f"{array}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array else os.environ["SLURM_JOB_ID"]
     refused = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
     if refused.returncode:
-        log.error(
-            "SLURM refused to requeue job %s (%s). Continue with: python train.py resume=%s",
-            job,
-            refused.stderr.strip(),
-            run,
-        )
+        log.error("SLURM refused to requeue job %s (%s). %s", job, refused.stderr.strip(), continue_line(run))

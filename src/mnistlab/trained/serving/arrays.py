@@ -5,7 +5,7 @@ import io
 
 import numpy as np
 
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 
 
 def decode(body: bytes, max_values: int) -> np.ndarray:

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained.classifier import TrainedClassifier
 from mnistlab.trained.serving.batching import Batcher
 

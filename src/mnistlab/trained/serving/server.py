@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig, OmegaConf
 
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
 
 log = logging.getLogger(__name__)
 STEADY_S = 60  # a process that ends sooner after its start is not started again: the server stops

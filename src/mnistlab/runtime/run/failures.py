@@ -1,5 +1,7 @@
-"""How a failure reaches the user: one line for a single run; for a sweep, a record in the failed
-job's folder, the other jobs going on, and one line per failed job when the sweep ends.
+"""Failures, in one place: their types (the user's input, a run stopped on purpose), the one-line
+formats (``Error: ...``, ``Continue with: python train.py resume=...``), and how a failure reaches the
+user: one line for a single run; for a sweep, a record in the failed job's folder, the other jobs going
+on, and one line per failed job when the sweep ends.
 
 Hydra's launchers run every job of a sweep even when one raises, but then the sweeper re-raises
 the first failure only, with a traceback, and Optuna's stops the study unless failures are allowed.
@@ -21,10 +23,28 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checkpointing import atomic, run_folder
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run import atomic, launch, run_folder
 
 log = logging.getLogger(__name__)
+
+
+class InputError(ValueError):
+    """A wrong override, a missing or corrupt file: the user's to fix, so entry points print one line."""
+
+
+def refused(message: object) -> SystemExit:
+    """The exit of a start refused before the job runs (a Hydra callback, an entry point): one line."""
+    return SystemExit(f"Error: {message}")
+
+
+def resume_command(folder: object, *overrides: str) -> str:
+    """The command that continues the run in ``folder`` (runtime/checkpointing/resume.py)."""
+    return " ".join(("python train.py", f"resume={folder}", *overrides))
+
+
+def continue_line(folder: object, when: str = "") -> str:
+    """What a stopped run says last: how to continue it, and ``when`` if it should wait."""
+    return f"Continue with: {resume_command(folder)}{f' ({when})' if when else ''}"
 
 
 class RunStopped(Exception):
@@ -59,14 +79,14 @@ def reported() -> Iterator[None]:
         if isinstance(err, InputError):
             _discard_unused_run_folder()
             if os.environ.get("HYDRA_FULL_ERROR") != "1":  # Hydra's switch for the whole traceback
-                raise SystemExit(f"Error: {err}") from None
+                raise refused(err) from None
         raise
 
 
 def _discard_unused_run_folder() -> None:
     """A run refused before it wrote anything of its own leaves no folder behind (rank 0, the folder's
     maker: run_folder.discard_if_unused deletes only a folder this process made)."""
-    if HydraConfig.initialized() and os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("RANK", "0") == "0":
+    if HydraConfig.initialized() and launch.current().is_rank_zero:
         run_folder.discard_if_unused(Path(HydraConfig.get().runtime.output_dir))
 
 
@@ -95,7 +115,6 @@ def _check_writable(folder: Path) -> None:
         if not os.access(folder, os.W_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as err:
-        raise SystemExit(
-            f"Error: cannot write the output folder {folder} ({err.strerror}); point paths.log_dir at a folder "
-            "you can write to"
+        raise refused(
+            f"cannot write the output folder {folder} ({err.strerror}); point paths.log_dir at a folder you can write to"
         ) from None

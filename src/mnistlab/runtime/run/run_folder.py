@@ -18,10 +18,17 @@ import shutil
 import time
 from pathlib import Path
 
-from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.launch import RUN_ID
 
-# What a run's folder holds, by name: every module that writes or reads one of them names it from here.
+# What a run's folder holds, by name: every module that writes or reads one of them, conf/ (the
+# ${run_folder:<name>} resolver: NAMES) and the tests name it from here.
+CHECKPOINTS = "checkpoints"  # the run's checkpoints: last.ckpt and the best (conf/callbacks/)
+LAST = "last"  # last.ckpt, the newest state: where a run resumes from
+SLURM_CHECKPOINTS = "hpc_ckpt_*.ckpt"  # Lightning's, in the run's root, when SLURM signals a job it requeues
+TENSORBOARD = "tensorboard"  # the TensorBoard logger's event files (conf/logger/tensorboard.yaml)
+SAVED = ".hydra"  # Hydra's record of a run's start (output_subdir): config.yaml, hydra.yaml, overrides.yaml
+SAVED_CONFIG = Path(SAVED) / "config.yaml"
 METRICS_FILE = "metrics.json"  # every metric of a finished run (rank 0); read back by sweeps and resume
 FAILURE_FILE = "failure.txt"  # a failed sweep job: the reason, then the traceback
 RECORD_FILE = "run_info.json"  # the run record (run_record.py), and the uncommitted changes beside it
@@ -30,18 +37,35 @@ TREE_FILE = "config_tree.txt"  # the composed config as a tree (config_tree.py)
 TRACKERS_FILE = "trackers.json"  # {"mlflow": <run id>, "wandb": <run id>}: the tracker runs it logs into
 PRUNED_FILE = "pruned.txt"  # a job an Optuna pruner stopped: when and why (sweeps/pruning.py)
 LOCK_FILE = ".lock"  # run and sweep folders: the process that holds it, host and pid (folder_lock.py)
-SAVED_OVERRIDES = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's start: what makes a folder a run
-LAST_CHECKPOINT = Path("checkpoints") / "last.ckpt"  # conf/callbacks/last_checkpoint.yaml: where a run resumes from
-RANK_LOG = "*_ddp_process_*.log"  # the log of a rank beyond 0 (launch.py), which may open before rank 0 starts
+SAVED_OVERRIDES = Path(SAVED) / "overrides.yaml"  # the command line's overrides: what makes a folder a run
+RESUMES = Path(SAVED) / "resumes"  # one <date>_<time>/ per resume: its config.yaml and overrides.yaml (resume.py)
+RANK_LOG = "*_ddp_process_*.log"  # the log of a rank beyond 0 (launch.log_name), which may open before rank 0 starts
 # And a sweep's folder, beside its jobs' folders:
 SWEEP_FILE = "multirun.yaml"  # Hydra's record of the sweep: its config and overrides
 SUMMARY_FILE = "summary.csv"  # the table of its jobs (sweeps/summary.py)
 GROUPS_FILE = "groups.csv"  # repeats of one setting, aggregated (sweeps/groups.py)
 FIGURE_FILE = "comparison.png"  # the jobs compared (sweeps/comparison.py)
 
-RESOLVER = "claim_folder"
-RUN_ID = "MNISTLAB_RUN_ID"  # names the run folder when set: the name all ranks agreed on (launch.py), or a
-# Kubernetes job's (deploy/kubernetes/), which its restarted pods keep: they resume from its last.ckpt
+
+def checkpoints(folder: Path) -> Path:
+    return folder / CHECKPOINTS
+
+
+def last_checkpoint(folder: Path) -> Path:
+    """Where the run in ``folder`` saves its newest state and resumes from."""
+    return checkpoints(folder) / f"{LAST}.ckpt"
+
+
+NAMES = ("checkpoints", "last", "tensorboard")  # ${run_folder:<name>} in conf/: the names configs place files by
+
+
+def name(key: str) -> str:
+    """``${run_folder:checkpoints}``: the name this module gives ``key``, read when the config resolves."""
+    if key not in NAMES:
+        raise InputError(f"${{run_folder:{key}}} names nothing of a run folder; known: {', '.join(NAMES)}")
+    return str(globals()[key.upper()])
+
+
 NAME = re.compile(r"[A-Za-z0-9._-]+")  # a run id is one folder's name: no separator, so it stays in its parent
 NAME_MAX = 255  # bytes in a file name, on Linux's file systems and macOS's
 _made_here: set[Path] = set()  # the folders this process claimed
@@ -101,7 +125,7 @@ def discard_if_unused(folder: Path) -> None:
     folder = folder.resolve()
     if folder not in _made_here or not folder.is_dir():
         return
-    unused = (".hydra", LOCK_FILE, TREE_FILE, RECORD_FILE, RECORD_DIFF_FILE)
+    unused = (SAVED, LOCK_FILE, TREE_FILE, RECORD_FILE, RECORD_DIFF_FILE)
     if all(p.name in unused or p.suffix == ".log" for p in folder.iterdir()):
         shutil.rmtree(folder, ignore_errors=True)
         _made_here.discard(folder)
@@ -110,8 +134,4 @@ def discard_if_unused(folder: Path) -> None:
 def saved_once(output_dir: str) -> str | None:
     """``hydra.output_subdir`` for a job of a resumed sweep (runtime/checkpointing/resume.py): ``.hydra`` for a job that
     never started; null for one that did, whose ``.hydra/`` keeps the config it started with."""
-    return None if is_run(Path(output_dir)) else ".hydra"
-
-
-hydra_versions.register_resolver(RESOLVER, claim, use_cache=True)
-hydra_versions.register_resolver("saved_once", saved_once)  # not cached: each job asks of its own
+    return None if is_run(Path(output_dir)) else SAVED

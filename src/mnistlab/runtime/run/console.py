@@ -7,9 +7,11 @@ these filters on the console handler only, so each rank still writes its whole l
 import logging
 import sys
 
+from mnistlab.runtime.run import launch
+
 
 class RankZeroFilter(logging.Filter):
-    """Pass records only on global rank 0 (as Lightning knows it, also under torchrun and SLURM)."""
+    """Pass records only on global rank 0 (launch.is_rank_zero: by the launcher, and by Lightning's count)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -17,10 +19,7 @@ class RankZeroFilter(logging.Filter):
         logging.captureWarnings(True)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        # Imported here: Hydra builds this filter before the job runs, and Lightning's import is slow.
-        from lightning.fabric.utilities.rank_zero import rank_zero_only
-
-        return getattr(rank_zero_only, "rank", 0) == 0
+        return launch.is_rank_zero()
 
 
 class DropNoise(logging.Filter):

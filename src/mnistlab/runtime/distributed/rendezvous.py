@@ -1,4 +1,4 @@
-"""How the processes of a job start: under an external launcher (torchrun, srun), and in Hydra sweeps.
+"""How the processes of a job meet: under an external launcher (torchrun, srun), and in Hydra sweeps.
 
 torchrun and srun start every rank themselves, and each rank composes the config on its own: left
 alone, each would name its own run folder after its own clock and save its own copy of the config.
@@ -29,26 +29,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checkpointing import run_folder
-from mnistlab.runtime.checkpointing.run_folder import RUN_ID
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.config.checks import InputError
-
-# The entry script, set by train.py and eval.py: a sweep job may run in a worker process of a Hydra
-# launcher (joblib), whose own command line is not the script's.
-ENTRY_POINT = "MNISTLAB_ENTRY_POINT"
-# What launchers (torchrun, Lightning, by hand) tell a process about its place in the world.
-DISTRIBUTED_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-def started_by_torchrun(key: str, default: int) -> int:
-    """``trainer.devices`` and ``trainer.num_nodes`` (the ``torchrun`` resolver of conf/trainer/): under
-    torchrun, or a Kubeflow TrainJob that runs it, the processes it started per node and its nodes; else
-    ``default``. So the numbers live in one place, the launcher's command (or the job's PET_* variables)."""
-    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
-    if "TORCHELASTIC_RUN_ID" not in os.environ or not (world and local):
-        return default
-    return int(local) if key == "devices" else int(world) // int(local)
+from mnistlab.runtime.run import launch, run_folder
+from mnistlab.runtime.run.failures import InputError, RunStopped, continue_line
+from mnistlab.runtime.run.launch import DISTRIBUTED_VARIABLES, ENTRY_POINT, RUN_ID
 
 
 def check_environment(cfg: DictConfig | None = None) -> None:
@@ -56,28 +40,26 @@ def check_environment(cfg: DictConfig | None = None) -> None:
     RANK no launcher of ranks set (a PyTorchJob's pod running plain python). Under torchrun, refuse a
     trainer whose devices x num_nodes is not the world torchrun started: each process would train a copy
     of the run of its own, into one folder."""
-    from lightning.fabric.plugins.environments import SLURMEnvironment
-
-    if "RANK" in os.environ and "LOCAL_RANK" not in os.environ and not SLURMEnvironment.detect():
+    started = launch.current()
+    if started.launcher == "rank variables" and "LOCAL_RANK" not in os.environ:
         # A Kubeflow PyTorchJob's pod: one process per pod in the operator's view, which Lightning no longer reads.
         raise InputError(
             f"RANK={os.environ['RANK']} is set (as a Kubeflow PyTorchJob sets it in each pod), but no launcher "
             "that starts ranks (torchrun, srun, Lightning) started this process: run train.py under torchrun, as "
             "deploy/kubernetes/pytorchjob.yaml does, or `unset RANK` outside a job"
         )
-    if "LOCAL_RANK" in os.environ and "WORLD_SIZE" not in os.environ and not SLURMEnvironment.detect():
+    if started.launcher == "plain" and "LOCAL_RANK" in os.environ:
         raise InputError(
             f"LOCAL_RANK={os.environ['LOCAL_RANK']} is set, but no launcher started this process (WORLD_SIZE is "
             "not set): it would wait for processes that never come. Run `unset LOCAL_RANK` and start again"
         )
-    world = os.environ.get("WORLD_SIZE")
-    if cfg is None or "TORCHELASTIC_RUN_ID" not in os.environ or not world:
+    if cfg is None or started.per_process_nodes is None:
         return
     devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes", 1)
-    if isinstance(devices, int) and isinstance(nodes, int) and devices * nodes != int(world):
+    if isinstance(devices, int) and isinstance(nodes, int) and devices * nodes != started.world_size:
         raise InputError(
-            f"torchrun started {world} processes (WORLD_SIZE), but trainer.devices x trainer.num_nodes is "
-            f"{devices} x {nodes}: leave both out (they follow torchrun's --nproc_per_node and --nnodes) or make "
+            f"torchrun started {started.world_size} processes (WORLD_SIZE), but trainer.devices x trainer.num_nodes "
+            f"is {devices} x {nodes}: leave both out (they follow torchrun's --nproc_per_node and --nnodes) or make "
             "them agree"
         )
 
@@ -105,8 +87,6 @@ def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
         sign in str(err) for sign in ("Timed out", "timed out", "Connection closed by peer", "Connection reset")
     ):
         return err
-    from mnistlab.runtime.reporting.failures import RunStopped
-
     missing = _roll_call(trainer.global_rank, trainer.world_size)
     who = (
         f"rank {', '.join(map(str, missing))} stopped answering"
@@ -119,7 +99,7 @@ def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
     waited = f"{timeout.total_seconds():g} s (trainer.strategy.timeout.seconds)" if timeout else "its timeout"
     return RunStopped(
         f"Stopped at step {trainer.global_step}: {who}; rank {trainer.global_rank} waited {waited} for it. "
-        f"Continue with: python train.py resume={trainer.default_root_dir} (once its machine is well)",
+        + continue_line(trainer.default_root_dir, "once its machine is well"),
         exit_code=1,
         then=lambda: _end_started_ranks(trainer.strategy.launcher),
     )
@@ -147,18 +127,12 @@ ROLL_CALL_S = 5.0  # how long the surviving ranks wait for each other's answer
 
 def _roll_call(rank: int, world_size: int) -> list[int] | None:
     """The ranks that do not answer within ROLL_CALL_S; None when the store itself does not answer."""
-    import torch.distributed as dist
 
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
         return None
     key = f"mnistlab/roll_call/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
     try:
-        store = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            is_master=False,
-            timeout=timedelta(seconds=ROLL_CALL_S),
-        )
+        store = _store(timedelta(seconds=ROLL_CALL_S))
         store.set(f"{key}{rank}", "here")
         time.sleep(ROLL_CALL_S)
         return [other for other in range(world_size) if not store.check([f"{key}{other}"])]
@@ -168,36 +142,25 @@ def _roll_call(rank: int, world_size: int) -> list[int] | None:
 
 def join_external_launch(config_name: str) -> list[str]:
     """Under torchrun, srun or a launch by hand: one run folder; return the overrides this rank needs."""
-    if not {"RANK", "SLURM_NTASKS", "NODE_RANK", "LOCAL_RANK"} & os.environ.keys():
-        return []  # launched by no one: a plain run, which need not wait for Lightning's import to fail fast
-    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
-
-    if TorchElasticEnvironment.detect():
-        rank = int(os.environ["RANK"])
+    started = launch.current()
+    rank = started.rank
+    if started.launcher in ("torchrun", "kubeflow"):
         if RUN_ID not in os.environ:  # else named by the job (deploy/kubernetes/): the same after a restart
-            os.environ[RUN_ID] = _run_id_from_torchrun_store(rank)
-    elif SLURMEnvironment.detect() and int(os.environ["SLURM_NTASKS"]) > 1:
-        rank = int(os.environ["SLURM_PROCID"])
+            os.environ[RUN_ID] = _run_id_from_torchrun_store(started.is_rank_zero)
+    elif started.launcher == "slurm" and started.world_size > 1:
         # The job id survives a requeue: a preempted job resumes in its own folder, from the
         # checkpoint Lightning saves there when SLURM signals it (sbatch --signal=SIGUSR1@90) or
         # from its last.ckpt.
         os.environ[RUN_ID] = f"slurm-{os.environ['SLURM_JOB_ID']}"
-    elif os.environ.get("NODE_RANK", "0") != "0" or "WORLD_SIZE" in os.environ:
-        # Lightning's variables: a machine's first process started by hand (the user names the
-        # folder, hydra.run.dir), or a rank Lightning started. Lightning names its ranks' logs by
-        # local rank, which machines repeat: renamed here by global rank.
-        rank = _global_rank_by_hand(config_name)
-    else:
+    elif started.launcher == "lightning" and rank is None:
+        # A machine beyond the first started by hand: Lightning numbers its ranks node x processes per
+        # machine + local rank, and names their logs by local rank, which machines repeat.
+        rank = started.node * _processes_per_node(config_name) + started.local_rank
+    elif started.launcher != "lightning":
+        return []  # a plain run, which need not wait for Lightning's import to fail fast
+    if not rank:  # rank 0 (None only for a rank above, which a machine by hand has numbered)
         return []
-    if rank == 0:
-        return []
-    return ["hydra.output_subdir=null", f"hydra.job.name={Path(sys.argv[0]).stem}_ddp_process_{rank}"]
-
-
-def _global_rank_by_hand(config_name: str) -> int:
-    """NODE_RANK x processes per machine + LOCAL_RANK, as Lightning numbers its ranks."""
-    node, local = int(os.environ.get("NODE_RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    return local if node == 0 else node * _processes_per_node(config_name) + local
+    return ["hydra.output_subdir=null", f"hydra.job.name={launch.log_name(rank)}"]
 
 
 def _processes_per_node(config_name: str) -> int:
@@ -216,11 +179,9 @@ def _processes_per_node(config_name: str) -> int:
     return len(accelerator.get_parallel_devices(accelerator.parse_devices(devices)))  # type: ignore[arg-type]
 
 
-def _run_id_from_torchrun_store(rank: int, timeout: timedelta = timedelta(minutes=10)) -> str:
-    import torch.distributed as dist
-
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)
-    if rank == 0:  # the agent's store outlives restarts of the workers: they keep the run's folder
+def _run_id_from_torchrun_store(first: bool) -> str:
+    store = _store(timedelta(minutes=10))
+    if first:  # the agent's store outlives restarts of the workers: they keep the run's folder
         # Named before Hydra composes the config, so not claimed by mkdir (run_folder.py): a random
         # suffix keeps two torchrun jobs of one second apart.
         name = f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{secrets.token_hex(3)}"
@@ -228,21 +189,11 @@ def _run_id_from_torchrun_store(rank: int, timeout: timedelta = timedelta(minute
     return store.get("mnistlab/run_id").decode()
 
 
-def run_id() -> str | None:
-    """What identifies this launch across its restarts: the name its ranks agreed on under torchrun
-    or srun, or its SLURM job (a requeued job keeps its id); None for a run started by hand."""
-    if given := os.environ.get(RUN_ID):
-        return given
-    return f"slurm-{os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else None
-
-
 def is_distributed_sweep_job(cfg: DictConfig) -> bool:
     """True for a job of a Hydra multirun (by Hydra's run mode) that runs on several processes."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return False
-    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
-
-    if SLURMEnvironment.detect() or TorchElasticEnvironment.detect():
+    if launch.current().launcher in ("slurm", "torchrun", "kubeflow"):
         return False  # a launcher outside Hydra started this job's ranks (hydra/launcher=slurm)
     return str(cfg.trainer.devices) != "1" or int(cfg.trainer.num_nodes) != 1
 
@@ -260,7 +211,7 @@ def run_job_in_fresh_processes() -> dict[str, float]:
         *(o for o in hydra.overrides.hydra if o.startswith(("hydra.sweeper.", "hydra/sweeper", "hydra.searchpath"))),
         f'hydra.run.dir="{out}"',  # the job's folder, already holding its saved config
         "hydra.output_subdir=null",
-        f"hydra.job.name={hydra.job.name}_ddp_process_0",  # its ranks log to <job>_ddp_process_<N>.log
+        f"hydra.job.name={launch.log_name(0, hydra.job.name)}",  # its ranks log to <job>_ddp_process_<N>.log
     ]
     finished = subprocess.run(command, check=False)
     if finished.returncode:
@@ -283,14 +234,20 @@ def isolate_restarted_workers(strategy: Any) -> None:
     if restart == "0" or dist.is_initialized() or not hasattr(strategy, "process_group_backend"):
         return
     backend = strategy.process_group_backend or ("nccl" if strategy.root_device.type == "cuda" else "gloo")
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    started = launch.current()
+    assert started.rank is not None  # torchrun gives every worker its RANK
     dist.init_process_group(
         backend,
-        store=dist.PrefixStore(f"mnistlab/round_{restart}", store),
-        rank=int(os.environ["RANK"]),
-        world_size=int(os.environ["WORLD_SIZE"]),
+        store=dist.PrefixStore(f"mnistlab/round_{restart}", _store(timedelta(minutes=5))),
+        rank=started.rank,
+        world_size=started.world_size,
         timeout=getattr(strategy, "_timeout", None),  # strategy.timeout in conf/strategy/
     )
 
 
-hydra_versions.register_resolver("torchrun", started_by_torchrun)
+def _store(timeout: timedelta) -> Any:
+    """A client of the job's rendezvous store (torchrun's agent, or rank 0's under Lightning): where the
+    ranks agree on a folder, answer a roll call, and keep a restarted round's process group apart."""
+    import torch.distributed as dist
+
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False, timeout=timeout)

@@ -1,0 +1,7 @@
+"""What every part of the machinery asks about one run, each answered in one module: its folder and the
+names of what it holds (``run_folder``), who started this process (``launch``), how it fails
+(``failures``: the error types and their one-line formats), files written whole (``atomic``), and what
+reaches the console (``console``).
+
+It imports nothing else of this package: the bottom of the one-way graph of ``runtime/``.
+"""
