@@ -352,9 +352,7 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
         ["__init__.py", "data.py", "module.py", "my_callbacks.py", "network.py", "runtime", "sweeps", "tasks.py",
          "trained"]
     )  # fmt: skip
-    assert (package / "runtime" / "distributed" / "launch.py").is_file() and (
-        package / "trained" / "loading.py"
-    ).is_file()
+    assert (package / "runtime" / "run" / "launch.py").is_file() and (package / "trained" / "loading.py").is_file()
     assert "_target_: retina_lab.runtime.reporting.profiler.NoProfiler" in trainer.read_text()
     assert "log_every_n_steps: 20 " in trainer.read_text()
     assert _traces(project) == [] and not list(project.rglob("*.rej"))

@@ -3,9 +3,11 @@ imports point one way (docs/layout.md; each subpackage's ``__init__.py``). These
 machinery, never the user: any module a user adds at the top is accepted."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import mnistlab
 
@@ -89,3 +91,39 @@ def test_no_two_classes_of_the_package_share_a_name() -> None:
                 where = path.relative_to(PACKAGE).as_posix()
                 assert node.name not in seen, f"class {node.name} in {where} and in {seen[node.name]}"
                 seen[node.name] = where
+
+
+FRAMEWORKS = ("lightning", "torch", "ray", "optuna", "hydra")
+INTERNALS = PACKAGE / "runtime" / "run" / "internals.py"
+
+
+def _private_uses(path: Path) -> list[str]:
+    """What ``path`` uses of another package's private parts: ``x._name`` on anything but ``self``/``cls``
+    (``_target_`` is Hydra's public key), and ``_name`` imported from a framework."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value.id if isinstance(node.value, ast.Name) else ""
+            if owner not in {"self", "cls", "os", "sys"} and node.attr != "_target_":
+                found.append(f"line {node.lineno}: .{node.attr}")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(FRAMEWORKS):
+            found += [f"line {node.lineno}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            if any(part.startswith("_") for part in (node.module or "").split(".")):
+                found.append(f"line {node.lineno}: {node.module}")
+    return found
+
+
+def test_the_frameworks_private_parts_are_used_in_one_module() -> None:
+    """A Lightning or torch release that moves one breaks one module (runtime/run/internals.py), which says
+    why each is used and the version it was read from; the canary (.ci/frameworks-next) tries the next."""
+    plugins = PACKAGE.parent / "hydra_plugins"
+    for path in sorted([*PACKAGE.rglob("*.py"), *plugins.rglob("*.py")]):
+        if path != INTERNALS:
+            assert _private_uses(path) == [], f"{path.relative_to(PACKAGE.parent)}: use runtime/run/internals.py"
+    read_from = re.search(r"Read from: (.+) \(uv.lock\)", INTERNALS.read_text())
+    assert read_from, "say which versions the private parts were read from"
+    locked: dict[str, set[str]] = {}
+    for package in tomllib.loads((PACKAGE.parents[1] / "uv.lock").read_text())["package"]:
+        locked.setdefault(package["name"], set()).add(package["version"])
+    for name, version in (entry.split() for entry in read_from[1].split(", ")):
+        assert version in locked[name], f"internals.py was read from {name} {version}; the lock holds {locked[name]}"

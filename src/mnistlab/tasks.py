@@ -18,13 +18,13 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime.checkpointing import checkpoint_io, folder_lock, resume
+from mnistlab.runtime.checkpointing import folder_lock, resume
 from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.config.checks import check_devices
 from mnistlab.runtime.distributed import ray_train, rendezvous
 from mnistlab.runtime.reporting import config_tree, hyperparameters, run_record
-from mnistlab.runtime.run import atomic, console, launch, run_folder
+from mnistlab.runtime.run import atomic, console, internals, launch, run_folder
 from mnistlab.runtime.run.failures import InputError, resume_command
 from mnistlab.runtime.training import batch_hooks, signals
 from mnistlab.runtime.training.stopping import SafeStop
@@ -276,7 +276,7 @@ def _last_checkpoint(cfg: DictConfig) -> tuple[str, dict[str, Any]] | None:
 def _refuse_fewer_epochs(cfg: DictConfig, path: str, checkpoint: dict[str, Any]) -> None:
     """A checkpoint that has trained more epochs than ``trainer.max_epochs``: one line, before anything is
     written or recorded (Lightning refuses it while restoring, after the loggers and the resume's record)."""
-    epochs, limit = checkpoint_io.trained_epochs(checkpoint), cfg.trainer.get("max_epochs")
+    epochs, limit = internals.trained_epochs(checkpoint), cfg.trainer.get("max_epochs")
     if isinstance(limit, int) and limit >= 0 and epochs > limit:
         named = f"resume={cfg.resume}" if cfg.get("resume") else f"ckpt_path={path}"
         raise InputError(

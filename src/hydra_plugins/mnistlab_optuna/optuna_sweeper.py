@@ -20,6 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from hydra_plugins.mnistlab_optuna import search_space
+from mnistlab.runtime.run import internals
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = "optimization_results.yaml"  # in the sweep's folder: the best trial (hydra-optuna-sweeper's file)
@@ -149,9 +150,7 @@ def _heartbeats(storage: Any, trials: list[Any], interval: int | None) -> Iterat
     def beat() -> None:
         while True:
             for trial in trials:
-                storage.record_heartbeat(
-                    trial._trial_id
-                )  # Trial keeps its storage id private; Optuna's thread reads it too
+                storage.record_heartbeat(internals.optuna_trial_id(trial))
             if stop.wait(interval):
                 return
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import lightning as L
 
-from mnistlab.runtime.run import atomic
+from mnistlab.runtime.run import atomic, internals
 from mnistlab.runtime.run.run_folder import PRUNED_FILE
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,9 @@ class OptunaPruning(L.Callback):
         import optuna
 
         study = optuna.load_study(study_name=self.study_name, storage=self.storage, pruner=self.pruner)
-        trial_id = next(t._trial_id for t in study.get_trials(deepcopy=False) if t.number == self.number)
+        trial_id = next(
+            internals.optuna_trial_id(t) for t in study.get_trials(deepcopy=False) if t.number == self.number
+        )
         self._trial = optuna.Trial(study, trial_id)  # how Optuna's own workers take a trial asked elsewhere
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

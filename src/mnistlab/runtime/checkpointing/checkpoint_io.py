@@ -22,13 +22,6 @@ ONNX = "this takes a checkpoint of train.py (.ckpt); predict.py and serve.py tak
 CONFIG_KEY = "config"  # in every checkpoint of train.py: the run's resolved config, plain containers
 
 
-def trained_epochs(checkpoint: dict[str, Any]) -> int:
-    """The epochs a Lightning checkpoint has trained, as Lightning counts them when it restores one (its fit
-    loop's processed epochs: one saved at an epoch's end counts that epoch; one saved mid-epoch does not)."""
-    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_progress", {}).get("current", {})
-    return int(progress.get("processed", checkpoint.get("epoch", 0)))
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint writer and reader, with three changes.
 

@@ -11,7 +11,8 @@ srun) end theirs in ``tasks.train``, after testing.
 
 import torch
 from lightning.pytorch.strategies import DDPStrategy as LightningDDPStrategy
-from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher
+
+from mnistlab.runtime.run import internals
 
 
 class DDPStrategy(LightningDDPStrategy):
@@ -20,6 +21,6 @@ class DDPStrategy(LightningDDPStrategy):
 
     def teardown(self) -> None:
         super().teardown()
-        if isinstance(self.launcher, _MultiProcessingLauncher) and torch.distributed.is_initialized():
+        if internals.is_spawning(self.launcher) and torch.distributed.is_initialized():
             self.barrier("end of the started ranks")  # all done: no rank is left talking to a closed group
             torch.distributed.destroy_process_group()

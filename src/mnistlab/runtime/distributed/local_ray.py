@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mnistlab.runtime.run import internals
+
 TOKEN = "RAY_AUTH_TOKEN"  # Ray reads its token from here before ~/.ray/auth_token
 RAYLET = "RAY_RAYLET_PID"  # in the environment of every process the raylet starts (agents, workers)
 _reaper: subprocess.Popen[bytes] | None = None  # kept: its pipe closes when this process ends
@@ -35,7 +37,7 @@ def start(**init: Any) -> None:
 
     os.environ[TOKEN] = secrets.token_hex(32)  # inherited by the processes ray.init starts
     ray.init(**init)
-    node = ray._private.worker._global_node  # Ray's handle on the processes it started (no public API)
+    node = internals.ray_node()
     raylets: list[Any] = node.all_processes.get("raylet", []) if node is not None else []
     if sys.platform.startswith("linux") and raylets:  # the agents' environment is read from /proc
         global _reaper

@@ -19,7 +19,6 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mnistlab.runtime.config import hydra_versions
-from mnistlab.runtime.run import launch, run_folder
+from mnistlab.runtime.run import internals, launch, run_folder
 from mnistlab.runtime.run.failures import InputError, RunStopped, continue_line
 from mnistlab.runtime.run.launch import DISTRIBUTED_VARIABLES, ENTRY_POINT, RUN_ID
 
@@ -95,7 +94,7 @@ def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
         if missing is None
         else "a rank stopped answering and came back"
     )
-    timeout = getattr(trainer.strategy, "_timeout", None)
+    timeout = internals.ddp_timeout(trainer.strategy)
     waited = f"{timeout.total_seconds():g} s (trainer.strategy.timeout.seconds)" if timeout else "its timeout"
     return RunStopped(
         f"Stopped at step {trainer.global_step}: {who}; rank {trainer.global_rank} waited {waited} for it. "
@@ -108,12 +107,8 @@ def lost_peer(err: RuntimeError, trainer: Any) -> Exception:
 def _end_started_ranks(launcher: Any) -> None:
     """The ranks this process started (Lightning's DDP launcher): the surviving ones end by themselves,
     the one that stopped answering cannot, and would outlive the run. torchrun and srun end their own."""
-    started = getattr(launcher, "procs", [])  # Lightning's _SubprocessScriptLauncher: its Popen objects
-    for thread in threading.enumerate():
-        # Lightning's (2.6) watcher of those ranks SIGKILLs this process too as soon as one of them exits
-        # with an error, so the run would end by SIGKILL (-9) rather than with its own line and exit code.
-        if thread.name == "child-process-observer":
-            thread._child_processes = []  # type: ignore[attr-defined]  # Lightning's _ChildProcessObserver
+    started = internals.started_ranks(launcher)
+    internals.stop_watching_started_ranks()  # else it would SIGKILL this process before its line
     deadline = time.monotonic() + 2 * ROLL_CALL_S
     for process in started:
         try:
@@ -241,7 +236,7 @@ def isolate_restarted_workers(strategy: Any) -> None:
         store=dist.PrefixStore(f"mnistlab/round_{restart}", _store(timedelta(minutes=5))),
         rank=started.rank,
         world_size=started.world_size,
-        timeout=getattr(strategy, "_timeout", None),  # strategy.timeout in conf/strategy/
+        timeout=internals.ddp_timeout(strategy),  # strategy.timeout in conf/strategy/
     )
 
 

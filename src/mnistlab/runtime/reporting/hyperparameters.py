@@ -10,10 +10,11 @@ from typing import Any
 
 import lightning as L
 from hydra.core.hydra_config import HydraConfig
-from lightning.fabric.utilities.logger import _convert_params, _flatten_dict, _sanitize_params
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
+
+from mnistlab.runtime.run import internals
 
 
 def compared(cfg: DictConfig) -> dict[str, Any]:
@@ -68,8 +69,8 @@ class HparamsView(L.Callback):
                 from torch.utils.tensorboard.summary import hparams
 
                 # Flattened and made plain as TensorBoardLogger.log_hyperparams does: model/optimizer/lr
-                params = _sanitize_params(_flatten_dict(_convert_params(logger.hparams)))
+                params = internals.flat_hyperparameters(logger.hparams, plain=True)
                 experiment, start, end = hparams(params, dict.fromkeys(sorted(names), 0.0))
-                writer = logger.experiment._get_file_writer()  # as TensorBoardLogger.log_hyperparams does
+                writer = internals.tensorboard_file_writer(logger.experiment)
                 for summary in (experiment, start, end):
                     writer.add_summary(summary)

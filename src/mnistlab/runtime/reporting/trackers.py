@@ -11,12 +11,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch import loggers
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from mnistlab.runtime.run import atomic, run_folder
+from mnistlab.runtime.run import atomic, internals, run_folder
 from mnistlab.runtime.run.failures import InputError
 from mnistlab.runtime.run.run_folder import TRACKERS_FILE
 
@@ -96,7 +95,7 @@ class ContinuedMLFlowLogger(loggers.MLFlowLogger):
         if self.continued is None:
             return super().log_hyperparams(params)
         before = self.experiment.get_run(self.run_id).data.params
-        flat = _flatten_dict(_convert_params(params), delimiter="/")  # as Lightning's logger names them
+        flat = internals.flat_hyperparameters(params)  # as Lightning's logger names them
         changed = {key for key, value in flat.items() if key in before and before[key] != str(value)[:250]}
         if changed:
             log.warning(

@@ -12,6 +12,8 @@ import logging
 import lightning as L
 from torch.optim.lr_scheduler import CosineAnnealingLR
 
+from mnistlab.runtime.run import internals
+
 log = logging.getLogger(__name__)
 
 
@@ -33,7 +35,6 @@ class ScheduleHorizon(L.Callback):
                 *(config.interval, scheduler.T_max, planned, config.interval, scheduler.last_epoch),
             )
             scheduler.T_max = planned
-            rates = scheduler._get_closed_form_lr()  # torch's own formula of the rate at last_epoch
+            rates = internals.rates_at_last_step(scheduler)  # torch's own formula of the rate at last_epoch
             for group, rate in zip(scheduler.optimizer.param_groups, rates, strict=True):
                 group["lr"] = rate
-            scheduler._last_lr = rates

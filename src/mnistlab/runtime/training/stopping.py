@@ -39,7 +39,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from mnistlab.runtime.run import launch
+from mnistlab.runtime.run import internals, launch
 from mnistlab.runtime.run.failures import RunStopped, continue_line
 from mnistlab.runtime.training import signals
 
@@ -85,7 +85,7 @@ class SafeStop(Checkpoint):  # a checkpointing callback: it saves the run where 
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
-            trained = trainer.fit_loop.epoch_loop.batch_progress.current.completed >= trainer.num_training_batches
+            trained = internals.batches_done_this_epoch(trainer) >= trainer.num_training_batches
             self._check(trainer, pl_module, epoch_trained=trained)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
