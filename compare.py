@@ -8,7 +8,7 @@ summary.csv. The folders are data (docs/reliability.md, Trust): read as plain fi
 import argparse
 from pathlib import Path
 
-from mnistlab.runtime.run import failures
+from mnistlab.runtime.run.reported import reported
 
 
 def main() -> None:
@@ -18,7 +18,7 @@ def main() -> None:
     parser.add_argument("--curve", help="the curve to overlay; default: the metric without _best (val/acc)")
     parser.add_argument("--out", type=Path, help="the PNG; default: comparison.png in the one folder given, else here")
     args = parser.parse_args()
-    with failures.reported():
+    with reported():
         from mnistlab.sweeps import comparison  # matplotlib, once the arguments are known to be right
 
         print(f"Compared the runs in {comparison.compare(args.folders, args.metric, args.curve, args.out)}")

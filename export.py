@@ -7,14 +7,14 @@ import hydra
 from omegaconf import DictConfig
 
 from mnistlab.runtime.config import hydra_versions, schema
-from mnistlab.runtime.run import failures
+from mnistlab.runtime.run.reported import reported
 
 os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 
 
 @hydra.main(config_path="conf", config_name="export", **hydra_versions.MAIN)
 def main(cfg: DictConfig) -> None:
-    with failures.reported():
+    with reported():
         schema.check(cfg, schema.ExportConfig)  # before torch loads
         from mnistlab.trained.exporting import export
 

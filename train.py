@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 from mnistlab.runtime.checkpointing import resume
 from mnistlab.runtime.config import checks, hydra_versions, overrides, schema
 from mnistlab.runtime.distributed import rendezvous
-from mnistlab.runtime.run import failures, launch
+from mnistlab.runtime.run import launch
+from mnistlab.runtime.run.reported import reported
 from mnistlab.runtime.training import signals
 from mnistlab.sweeps import gpu_slots
 
@@ -20,7 +21,7 @@ os.environ[launch.ENTRY_POINT] = str(Path(__file__).resolve())  # what a distrib
 
 @hydra.main(config_path="conf", config_name="train", **hydra_versions.MAIN)
 def main(cfg: DictConfig) -> float | None:
-    with failures.reported():
+    with reported():
         if (metrics := resume.finished_job(cfg)) is not None:
             return metrics.get(cfg.optimized_metric)  # a resumed sweep's finished job: nothing of it is written
         schema.check(cfg, schema.TrainConfig)  # before torch and Lightning load: answered in 0.5 s, not 6
@@ -33,7 +34,7 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     signals.listen()  # from now on a stop signal waits for the first step (where SafeStop saves the run)
-    with failures.reported():
+    with reported():
         checks.group_set_to_null(sys.argv, Path(__file__).parent / "conf")  # one line, not Hydra's traceback
         sys.argv = resume.expand(sys.argv)  # resume=<run folder>: that run's own overrides, then these
         overrides.refuse_unknown_keys(sys.argv, Path(__file__).parent / "conf", "train", schema.TrainConfig)

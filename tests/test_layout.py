@@ -127,3 +127,48 @@ def test_the_frameworks_private_parts_are_used_in_one_module() -> None:
         locked.setdefault(package["name"], set()).add(package["version"])
     for name, version in (entry.split() for entry in read_from[1].split(", ")):
         assert version in locked[name], f"internals.py was read from {name} {version}; the lock holds {locked[name]}"
+
+
+def _module_level_imports(path: Path) -> set[str]:
+    """The modules of this package that importing ``path`` imports in turn: its imports outside functions,
+    each with the packages around it (``a.b.c`` imports ``a`` and ``a.b`` first)."""
+    found: set[str] = set()
+    pending: list[ast.AST] = [ast.parse(path.read_text())]
+    while pending:
+        for node in ast.iter_child_nodes(pending.pop()):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            pending.append(node)
+            names = _imports(path, ast.Module(body=[node], type_ignores=[])) if isinstance(node, ast.stmt) else set()
+            for name in names:
+                parts = name.split(".")
+                found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+    return found & modules
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_no_two_modules_import_each_other_at_import_time() -> None:
+    """A cycle among modules (``failures`` importing ``run_folder``, which imports ``failures``) fails on
+    the one import order that meets it first, in a user's process and not in the suite's: refused here."""
+    # A module's own packages are initialised before it whatever it imports: no edge back to them.
+    graph = {
+        (name := _module_name(p)): {m for m in _module_level_imports(p) if not f"{name}.".startswith(f"{m}.")}
+        for p in PACKAGE.rglob("*.py")
+    }
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            pytest.fail(f"import cycle: {' -> '.join([*path[path.index(module) :], module])}")
+        if module in done:
+            return
+        for imported in sorted(graph.get(module, ())):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

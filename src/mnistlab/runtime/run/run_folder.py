@@ -88,7 +88,7 @@ def claim(parent: str) -> str:
             folder = Path(parent) / f"{stamp}_{n}"
             continue
         except OSError:
-            return str(folder)  # it cannot be made: failures.WritableOutput says so in one line
+            return str(folder)  # it cannot be made: reported.WritableOutput says so in one line
         _made_here.add(folder.resolve())
         return str(folder)
 
