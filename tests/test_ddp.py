@@ -95,36 +95,16 @@ def _torchrun(*args: str) -> subprocess.Popen[str]:
     return processes.start(command)
 
 
-def test_torchrun_four_ranks_train_as_one_process_inone_run(one_process: Path, tmp_path: Path) -> None:
-    run = _torchrun(
-        "--standalone", "--nproc_per_node=4", "train.py", *SUITE, *EQUIVALENCE, "strategy=ddp", "trainer.devices=4",
-        f"paths.log_dir={tmp_path}",
-    )  # fmt: skip
+def test_torchrun_four_ranks_without_the_counts_train_as_one_process_in_one_run(one_process: Path, tmp_path) -> None:
+    """trainer.devices and trainer.num_nodes follow torchrun: its 4 processes train one run together, not
+    copies of it side by side. (Several machines under torchrun: tests/test_kubernetes.py, whose pods run
+    it in network namespaces of their own.)"""
+    run = _torchrun("--standalone", "--nproc_per_node=4", "train.py", *SUITE, *EQUIVALENCE, f"paths.log_dir={tmp_path}")
     output = processes.finish(run)
     assert run.returncode == 0, output[-3000:]
     assert "Starting with 4 processes" in output
-    assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
-
-
-def test_two_simulated_nodes_of_two_processes_under_torchrun(one_process: Path, tmp_path: Path) -> None:
-    port = free_port()
-    machine = ["--nnodes=2", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={port}"]
-    script = ["train.py", *SUITE, *EQUIVALENCE, *FOUR_BY_HAND, f"paths.log_dir={tmp_path}"]
-    agents = [_torchrun(*machine, f"--node_rank={node}", *script) for node in (0, 1)]
-    outputs = [processes.finish(agent) for agent in agents]
-    assert [agent.returncode for agent in agents] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    assert "Starting with 4 processes" in outputs[0]
-    assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
-
-
-def test_torchrun_without_the_counts_trains_its_processes_as_one_run(one_process: Path, tmp_path: Path) -> None:
-    """trainer.devices and trainer.num_nodes follow torchrun: its processes train one run together, not
-    copies of it side by side."""
-    run = _torchrun("--standalone", "--nproc_per_node=2", "train.py", *SUITE, *EQUIVALENCE, f"paths.log_dir={tmp_path}")
-    output = processes.finish(run)
-    assert run.returncode == 0, output[-3000:]
     assert output.count("Tested ") == 1  # rank 0's console: one test of one run
-    assert_trained_as_one_process(one_run(tmp_path), one_process)
+    assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
 
 
 def test_torchrun_with_counts_that_disagree_is_refused_in_one_line(tmp_path: Path) -> None:
