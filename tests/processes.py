@@ -55,13 +55,14 @@ def start(
     return process
 
 
-def until(condition: Callable[[], T], timeout: float, what: str, every: float = 0.2) -> T:
-    """Poll ``condition`` until it returns something true, and return that; past ``timeout`` s, fail the
-    test saying ``what`` was awaited."""
+def until(condition: Callable[[], T], timeout: float, what: str | Callable[[], str], every: float = 0.2) -> T:
+    """The suite's one way to wait: poll ``condition`` until it returns something true, and return that;
+    past ``timeout`` s, fail the test saying ``what`` was awaited (a callable: asked then, e.g. for a log's
+    tail). A condition may assert, to fail at once (the process it waits on has ended)."""
     deadline = time.monotonic() + timeout
     while not (result := condition()):
         if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:g} s")
+            pytest.fail(f"{what() if callable(what) else what}: not within {timeout:g} s")
         time.sleep(every)
     return result
 

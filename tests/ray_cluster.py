@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,16 +67,14 @@ def _start(command: list[str], env: dict[str, str], temp: str) -> subprocess.Pop
 
 
 def _wait_for(address: str, cpus: int, timeout: float, env: dict[str, str], temp: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def joined() -> bool:
         status = subprocess.run(
             [*RAY, "status", f"--address={address}"], env=env, capture_output=True, text=True, timeout=60, check=False
         )
-        joined = f"/{cpus}.0 CPU" in status.stdout if cpus else "Active:" in status.stdout  # 0 CPUs: no CPU line
-        if status.returncode == 0 and joined:
-            return
-        time.sleep(2)
-    logs = "".join(f"{log.name}: {log.read_text()[-1500:]}\n" for log in sorted(Path(temp).glob("node-*.log")))
-    raise TimeoutError(
-        f"the Ray cluster at {address} did not have {cpus} CPUs within {timeout} s; its nodes said:\n{logs}"
-    )
+        return status.returncode == 0 and (f"/{cpus}.0 CPU" if cpus else "Active:") in status.stdout  # 0 CPUs: no line
+
+    def said() -> str:
+        logs = "".join(f"{log.name}: {log.read_text()[-1500:]}\n" for log in sorted(Path(temp).glob("node-*.log")))
+        return f"the Ray cluster at {address} having {cpus} CPUs; its nodes said:\n{logs}"
+
+    processes.until(joined, timeout, said, every=2)

@@ -4,13 +4,11 @@ free ports, short trainings; and what they compare of the runs (one folder, the 
 import itertools
 import socket
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 import torch
 
 from mnistlab.runtime.run import run_folder
@@ -83,6 +81,14 @@ def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
     assert_same_training(one, other, atol=3e-4)
 
 
+def answering(url: str) -> bool:
+    """Whether ``url`` answers 200 (False while nothing listens there yet)."""
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 def free_port() -> str:
     """A port for the rendezvous of processes that are started separately."""
     with socket.socket() as probe:
@@ -129,17 +135,15 @@ def serving(out: Path, *overrides: str, script: str = "serve.py", ready: str = "
     with open(out.parent / f"{out.name}.log", "w") as log:
         server = processes.start(command, output=log)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(240):
-        if server.poll() is not None:
-            pytest.fail(f"{script} ended ({server.returncode}): {(out.parent / f'{out.name}.log').read_text()[-3000:]}")
-        try:
-            if httpx.get(url + ready, timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:  # not listening yet
-            pass
-        time.sleep(0.5)
-    else:
-        pytest.fail(f"{script} was not ready in 120 s: {(out.parent / f'{out.name}.log').read_text()[-3000:]}")
+
+    def tail() -> str:
+        return (out.parent / f"{out.name}.log").read_text()[-3000:]
+
+    def answers() -> bool:
+        assert server.poll() is None, f"{script} ended ({server.returncode}): {tail()}"
+        return answering(url + ready)
+
+    processes.until(answers, 120, lambda: f"{script} ready: {tail()}", every=0.5)
     try:
         yield url
     finally:

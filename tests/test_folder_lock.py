@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -68,10 +67,12 @@ def test_only_rank_zero_takes_the_lock(tmp_path: Path, monkeypatch: pytest.Monke
 
 def _started(command: list[str], lock: Path) -> subprocess.Popen[str]:
     process = processes.start(command)
-    deadline = time.monotonic() + 120
-    while f"pid {process.pid}" not in (lock.read_text() if lock.is_file() else ""):
-        assert process.poll() is None and time.monotonic() < deadline, "the first start never took its lock"
-        time.sleep(0.2)
+
+    def locked() -> bool:
+        assert process.poll() is None, "the first start ended before it took its lock"
+        return f"pid {process.pid}" in (lock.read_text() if lock.is_file() else "")
+
+    processes.until(locked, 120, "the first start taking its lock")
     return process
 
 
@@ -99,10 +100,12 @@ def test_a_resume_of_a_running_sweep_is_refused(tmp_path: Path) -> None:
     sweep_args = ["-m", "model.optimizer.lr=1e-2,1e-3", "trainer.max_epochs=4", "logger=none", *SHORT[1:]]
     command = processes.python("train.py", *sweep_args, f"paths.log_dir={tmp_path}")
     first = processes.start(command)
-    deadline = time.monotonic() + 120
-    while not list((tmp_path / "train" / "multiruns").glob(f"*/{LOCK_FILE}")):
-        assert first.poll() is None and time.monotonic() < deadline, "the sweep never took its lock"
-        time.sleep(0.2)
+
+    def locked() -> list[Path]:
+        assert first.poll() is None, "the sweep ended before it took its lock"
+        return list((tmp_path / "train" / "multiruns").glob(f"*/{LOCK_FILE}"))
+
+    processes.until(locked, 120, "the sweep taking its lock")
     (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
     second = run_script("train.py", f"resume={sweep}", timeout=120)
     assert second.returncode == 1

@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from mnistlab.runtime.distributed import rendezvous
+from mnistlab.runtime.run import run_folder
 from mnistlab.runtime.run.failures import InputError
 
 from composing import EQUIVALENCE, SUITE
@@ -128,20 +129,19 @@ def test_a_deleted_pod_ends_the_job_in_bounded_time_and_its_restarted_pods_finis
         restarted = _start(pods, job, tmp_path, *SUITE, *EQUIVALENCE, *hang)
         outputs = [namespaces.processes.finish(process) for process in restarted]
     assert [process.returncode for process in restarted] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
-    assert f"Resuming from {run / 'checkpoints' / 'last.ckpt'}" in (run / "train.log").read_text()
+    assert f"Resuming from {run_folder.last_checkpoint(run)}" in (run / "train.log").read_text()
     assert_trained_as_one_process(run, one_process)
 
 
 def _wait_until_stopped(pods: namespaces.Pods, pod: int, timeout: float) -> None:
     """Until a process of pod ``pod`` is stopped (SIGSTOP: state T)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for pid in pods.pids(pod):
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (FileNotFoundError, IndexError):
-                continue
-            if state == "T":
-                return
-        time.sleep(0.5)
-    pytest.fail(f"no process of pod {pod} stopped within {timeout} s")
+
+    def state(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):  # ended meanwhile
+            return ""
+
+    namespaces.processes.until(
+        lambda: "T" in map(state, pods.pids(pod)), timeout, f"a process of pod {pod} stopped", every=0.5
+    )

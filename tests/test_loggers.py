@@ -4,7 +4,6 @@ import json
 import struct
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ from mnistlab.tasks import train
 
 import processes
 from composing import SHORT, SUITE, compose_config
-from running import free_port, run_script
+from running import answering, free_port, run_script
 
 pytestmark = pytest.mark.slow  # trains, and writes to each logger's store
 
@@ -55,14 +54,12 @@ def test_the_readmes_mlflow_ui_serves_the_store(tmp_path: Path) -> None:
         [mlflow_command, "ui", "--backend-store-uri", f"sqlite:///{tmp_path}/mlflow.db", "--port", port]
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.TransportError:  # not listening yet
-            pass
+
+    def answers() -> bool:
         assert ui.poll() is None, processes.finish(ui)
-        time.sleep(0.5)
+        return answering(f"{url}/health")
+
+    processes.until(answers, 60, "mlflow ui answering", every=0.5)
     assert "MLflow" in httpx.get(url, timeout=10).text  # the web page, not only its API
     experiment = httpx.get(f"{url}/api/2.0/mlflow/experiments/get-by-name", params={"experiment_name": "train"}).json()
     found = httpx.post(
@@ -79,12 +76,15 @@ def test_wandb_writes_an_offline_run_that_can_be_synced_later(tmp_path: Path, mo
     wandb.finish()  # what the end of a script does; Lightning leaves the run open for another fit in this process
     (run,) = (tmp_path / "wandb").glob("offline-run-*")
     (records,) = run.glob("run-*.wandb")  # what `wandb sync` uploads
+
     # wandb 0.31 reads these files only in its Go core: look for the protobuf records' strings instead.
     # Its core process writes them on its own schedule: once, in CI, finish() returned before it had
     # written more than the header; give it a minute.
-    deadline = time.monotonic() + 60
-    while b"val/acc_best" not in (data := records.read_bytes()) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    def written() -> bytes:
+        data = records.read_bytes()
+        return data if b"val/acc_best" in data else b""
+
+    data = processes.until(written, 60, "W&B's records of val/acc_best", every=0.5)
     assert data.startswith(b":W&B")
     for key in ("test/acc", "val/acc_best"):
         assert key.encode() + b"\x82\x01" in data and json.dumps(metrics[key]).encode() in data  # key, its value
@@ -135,9 +135,8 @@ def test_a_resumed_run_logs_into_the_same_mlflow_and_wandb_runs_its_steps_contin
     steps = []
     for part in parts:
         (records,) = part.glob("run-*.wandb")
-        deadline = time.monotonic() + 60  # wandb's core process writes on its own schedule
-        while not any("val/acc" in row for row in _history(records)) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        # wandb's core process writes on its own schedule
+        processes.until(lambda r=records: any("val/acc" in row for row in _history(r)), 60, "W&B's history", every=0.5)
         steps.append([int(row["trainer/global_step"]) for row in _history(records) if "val/acc" in row])
     assert steps == [[19], [39]]
     assert not any("anonymous" in result.stderr + result.stdout for result in results)  # wandb#10909's warning

@@ -200,14 +200,16 @@ def test_a_hopeless_trial_is_pruned_the_study_records_it_and_the_dashboard_shows
 
 def _get(url: str, server) -> dict:
     """GET ``url`` as JSON, waiting up to 60 s for ``server`` to answer."""
-    for _ in range(120):
+
+    def answer() -> dict | None:
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return json.loads(response.read())
         except OSError:
             assert server.poll() is None, processes.finish(server)
-            time.sleep(0.5)
-    pytest.fail(f"{url}: no answer in 60 s")
+            return None
+
+    return processes.until(answer, 60, f"{url} answering", every=0.5)
 
 
 @pytest.mark.slow
@@ -240,15 +242,16 @@ def test_a_sweep_killed_mid_trial_fails_that_trial_and_runs_it_again(tmp_path) -
     with open(tmp_path / "first.log", "w") as log:
         first = processes.python("train.py", *search, "hydra.sweeper.n_trials=2", "trainer.max_epochs=15")
         sweep = processes.start(first, output=log)
-    for _ in range(600):
-        time.sleep(0.5)
-        if _states_so_far(tmp_path)[1:2] == ["RUNNING"]:
-            break
-    else:
-        pytest.fail(f"the second trial never ran: {(tmp_path / 'first.log').read_text()[-3000:]}")
+    processes.until(
+        lambda: _states_so_far(tmp_path)[1:2] == ["RUNNING"],
+        300,
+        lambda: f"the second trial running: {(tmp_path / 'first.log').read_text()[-3000:]}",
+        every=0.5,
+    )
     os.killpg(sweep.pid, signal.SIGKILL)  # while its job trains
     sweep.wait()
-    time.sleep(4)  # past the grace period
+    killed = time.monotonic()  # the grace period is a span of the clock from the last heartbeat: none to poll
+    processes.until(lambda: time.monotonic() - killed > 4, 5, "the grace period passing")
     again = run_script("train.py", *search, "hydra.sweeper.n_trials=1", "trainer.max_epochs=1")
     assert again.returncode == 0, again.stderr[-3000:]
     trials = _study(tmp_path, "mnist_optuna").trials

@@ -6,7 +6,6 @@ import random
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -258,9 +257,9 @@ def test_torchrun_restarts_a_killed_worker_from_the_runs_last_checkpoint(tmp_pat
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--max-restarts=1", "--nproc_per_node=2"]
     console = (tmp_path / "console.txt").open("w")  # not a pipe: nobody reads it while the test waits
     agent = processes.start([*torchrun, "train.py", *SUITE, *longer, f"paths.log_dir={tmp_path}"], output=console)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("train/runs/*/checkpoints/last.ckpt")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    processes.until(
+        lambda: list(tmp_path.glob(f"train/runs/*/{run_folder.CHECKPOINTS}/last.ckpt")), 120, "last.ckpt", 0.05
+    )
     workers = Path(f"/proc/{agent.pid}/task/{agent.pid}/children").read_text().split()
     assert len(workers) == 2, workers
     os.kill(int(workers[1]), signal.SIGKILL)  # one worker dies mid-training

@@ -89,11 +89,13 @@ def _job(env: dict[str, str], job: str) -> dict[str, str]:
 
 
 def _wait(env: dict[str, str], job: str, until: object, timeout: float = 240) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while not until(state := _job(env, job)):
-        assert time.monotonic() < deadline, f"job {job} still {state.get('JobState')} after {timeout} s"
-        time.sleep(0.1)
-    return state
+    seen: dict[str, str] = {}
+
+    def reached() -> dict[str, str] | None:
+        seen.update(_job(env, job))
+        return dict(seen) if until(seen) else None
+
+    return processes.until(reached, timeout, lambda: f"job {job} past {seen.get('JobState')}", every=0.1)
 
 
 def _completing_nodes(env: dict[str, str]) -> list[str]:
@@ -107,7 +109,8 @@ def _start_requeued(env: dict[str, str], job: str, *changes: str) -> None:
     made in the second it revoked the job's old one ("Job credential revoked"; seen in CI)."""
     _wait(env, job, lambda s: s.get("JobState") == "PENDING" and s.get("Restarts") == "1")
     _wait(env, job, lambda s: not _completing_nodes(env))
-    time.sleep(1.1)  # (StartTime=now+1 would wait for the backfill scheduler: up to 30 s)
+    second = int(time.time())  # (StartTime=now+1 would wait for the backfill scheduler: up to 30 s)
+    processes.until(lambda: int(time.time()) > second, 5, "the next second", every=0.05)
     update = ["scontrol", "update", f"JobId={job}", "StartTime=now", *changes]
     subprocess.run(update, env=env, check=True, timeout=30)
 
@@ -159,9 +162,13 @@ def test_a_requeued_job_resumes_from_the_step_the_signal_came(how, slurm, uninte
     while the tasks import or set up; they act on it at the first step the ranks agree on): the job saves,
     comes back under its job id, resumes from that step and ends with the uninterrupted run's weights."""
     if how == "time limit":
-        while (start := _next_time_limit_check(slurm) - 5) < time.time() + 1:
-            time.sleep(6)  # the next check is too close: wait for the one after
-        time.sleep(start - time.time())
+
+        def far_enough() -> float | None:  # a check too close is let pass: the one after it
+            start = _next_time_limit_check(slurm) - 5
+            return start if start >= time.time() + 1 else None
+
+        start = processes.until(far_enough, 120, "a time-limit check far enough ahead", every=1)
+        processes.until(lambda: time.time() >= start, 120, "5 s before SLURM's time-limit check", every=0.05)
         job = _sbatch(slurm, tmp_path, *RUN, options=("--time=1", "--signal=USR1@59"))
     else:
         job = _sbatch(slurm, tmp_path, *RUN)
@@ -241,10 +248,12 @@ def test_a_sweep_job_warned_by_submitit_resumes_from_the_step_the_signal_came(sl
     command += ["hydra.launcher.mem_gb=1", "strategy=ddp", "trainer.devices=2", *RUN, f"paths.log_dir={tmp_path}"]
     sweep = processes.start(command, env=slurm, output=subprocess.DEVNULL)
     job_folder = tmp_path / "train" / "multiruns"
-    deadline = time.monotonic() + 240
-    while not list(job_folder.glob("*/0/checkpoints/last.ckpt")):  # epoch 0 done: training
-        assert time.monotonic() < deadline and sweep.poll() is None
-        time.sleep(0.1)
+
+    def training() -> list[Path]:  # epoch 0 done
+        assert sweep.poll() is None
+        return list(job_folder.glob(f"*/0/{run_folder.CHECKPOINTS}/last.ckpt"))
+
+    processes.until(training, 240, "the sweep job's first epoch", every=0.1)
     queue = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm, capture_output=True, text=True, check=True)
     (job,) = queue.stdout.split()
     subprocess.run(["scancel", "--signal=USR2", job], env=slurm, check=True, timeout=30)

@@ -2,7 +2,6 @@
 
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -101,10 +100,12 @@ def _signalled_while_importing(tmp_path: Path, *overrides: str) -> tuple[int, st
     run = processes.start(
         processes.python("train.py", *RUN, "trainer.accelerator=cpu", f"paths.log_dir={tmp_path}", *overrides)
     )
-    deadline = time.monotonic() + 30
-    while not _catches(run.pid, signal.SIGUSR1):  # train.py listens before it imports torch
-        assert time.monotonic() < deadline and run.poll() is None
-        time.sleep(0.01)
+
+    def listening() -> bool:  # train.py listens before it imports torch
+        assert run.poll() is None
+        return _catches(run.pid, signal.SIGUSR1)
+
+    processes.until(listening, 30, "train.py listening for signals", every=0.01)
     assert "torch" not in Path(f"/proc/{run.pid}/maps").read_text()  # still before its import
     run.send_signal(signal.SIGUSR1)
     output = processes.finish(run, timeout=120)
