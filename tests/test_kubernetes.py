@@ -19,6 +19,9 @@ from mnistlab.runtime.run.failures import InputError
 from composing import EQUIVALENCE, SUITE
 from running import FOUR_RANK_LOGS, assert_trained_as_one_process, one_run
 
+# The pods' network namespaces share one subnet: its tests run in one worker of a parallel run (.ci/run: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("pods")
+
 SCHEMAS = kubeflow.MANIFESTS / "schemas"
 MANIFESTS = {"trainjob.yaml": "trainjob.json", "pytorchjob.yaml": "pytorchjob.json"}
 JOB = "train-x7k2p"  # a name the API server made from the manifests' generateName

@@ -23,6 +23,9 @@ import processes
 from composing import EQUIVALENCE, SHORT, compose_config
 from running import assert_trained_as_one_process, free_port
 
+# One local Ray cluster for the module: its tests run in one worker of a parallel run (.ci/run: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("ray")
+
 RAY = ["engine=ray"]
 
 

@@ -30,7 +30,8 @@ from composing import DETERMINISTIC, ROOT, SUITE, SUITE_DATA
 from running import assert_same_weights, free_port
 from running import last_checkpoint as _last
 
-pytestmark = pytest.mark.slow
+# One cluster for the module: its tests run in one worker of a parallel run (.ci/run: --dist loadgroup).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 SBATCH = ROOT / "slurm" / "train.sbatch"
 # Two DDP ranks, 3 epochs of 600 steps (about 3 s each here), last.ckpt at each epoch end.
