@@ -145,7 +145,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     check_devices(cfg)
     rendezvous.check_environment(cfg)
     if OmegaConf.is_missing(cfg, "ckpt_path"):
-        raise InputError("which checkpoint? pass ckpt_path=<file>, e.g. a run's checkpoints/last.ckpt")
+        raise InputError(
+            f"which checkpoint? pass ckpt_path=<file>, e.g. {run_folder.last_checkpoint(Path('<run folder>'))}"
+        )
     checkpoint = load_checkpoint(cfg.ckpt_path)
     config_tree.show(cfg)
     with hydra_versions.allowed():

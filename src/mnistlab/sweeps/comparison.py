@@ -81,7 +81,7 @@ def _optimized_metric(folder: Path) -> str:
     except OmegaConfBaseException:  # a reference to something else (an environment variable, Hydra's own)
         found = None
     if not isinstance(found, str):
-        raise InputError(f"{folder}: no optimized_metric in its .hydra/config.yaml; name one with --metric")
+        raise InputError(f"{folder}: no optimized_metric in its {run_folder.SAVED_CONFIG}; name one with --metric")
     return found
 
 
