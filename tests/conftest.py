@@ -15,6 +15,12 @@ from composing import OWN, SHORT, SUITE, SUITE_MODULES, compose_config
 from payloads import MARKER, Payload, config_payloads
 from running import train_like_one_process, trained
 
+# Under pytest-xdist (CI's slow tier: 2 workers on 2 cores) each worker's torch takes its share of the cores,
+# it and the processes it starts (OMP_NUM_THREADS): torch's default, a thread per core, spins against the other
+# worker's (measured: the default 10-epoch run 9 s alone, 232 s beside another worker).
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 # What the environment is between tests: in-process training sets PL_GLOBAL_SEED,
 # CUBLAS_WORKSPACE_CONFIG and more, which would otherwise leak into the tests after it.
 ENVIRONMENT = dict(os.environ)

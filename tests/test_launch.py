@@ -84,6 +84,7 @@ def test_each_launcher_is_read_as_one_launch(how: str, environment) -> None:
     assert started.is_rank_zero == (expected.rank == 0) == launch.is_rank_zero()
     if started.rank is not None:
         assert launch.log_name(started.rank) == log
+    assert launch.log_name(0, "train_job", by_rank=True) == "train_job_ddp_process_0"  # a sweep job's own run
 
 
 def test_torchruns_counts_fill_the_trainer_and_nothing_else_does(environment) -> None:

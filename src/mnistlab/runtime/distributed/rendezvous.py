@@ -206,7 +206,7 @@ def run_job_in_fresh_processes() -> dict[str, float]:
         *(o for o in hydra.overrides.hydra if o.startswith(("hydra.sweeper.", "hydra/sweeper", "hydra.searchpath"))),
         f'hydra.run.dir="{out}"',  # the job's folder, already holding its saved config
         "hydra.output_subdir=null",
-        f"hydra.job.name={launch.log_name(0, hydra.job.name)}",  # its ranks log to <job>_ddp_process_<N>.log
+        f"hydra.job.name={launch.log_name(0, hydra.job.name, by_rank=True)}",  # its ranks log to <job>_ddp_process_<N>.log
     ]
     finished = subprocess.run(command, check=False)
     if finished.returncode:

@@ -95,11 +95,12 @@ def run_id() -> str | None:
     return f"slurm-{os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else None
 
 
-def log_name(rank: int, stem: str | None = None) -> str:
+def log_name(rank: int, stem: str | None = None, by_rank: bool = False) -> str:
     """The name (without ``.log``) of rank ``rank``'s log: the entry script's, and ``_ddp_process_<rank>``
-    beyond rank 0 (``run_folder.RANK_LOG`` finds them)."""
+    beyond rank 0 (``run_folder.RANK_LOG`` finds them); ``by_rank``: rank 0's too, for ranks whose job
+    logs beside them under the plain name (a sweep job run again in processes of its own)."""
     stem = stem or Path(os.environ.get(ENTRY_POINT, sys.argv[0])).stem
-    return stem if rank == 0 else f"{stem}_ddp_process_{rank}"
+    return stem if rank == 0 and not by_rank else f"{stem}_ddp_process_{rank}"
 
 
 def _slurm_tasks() -> int | None:
