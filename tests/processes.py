@@ -67,6 +67,14 @@ def until(condition: Callable[[], T], timeout: float, what: str | Callable[[], s
     return result
 
 
+def state(pid: int) -> str:
+    """A process's state letter in /proc (T: stopped by SIGSTOP), "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return ""
+
+
 def finish(process: subprocess.Popen[str], timeout: float = 300) -> str:
     """Wait for ``process`` and return its output; past ``timeout`` s, kill its group and fail the test."""
     return _wait(process, timeout)[0] or ""

@@ -5,6 +5,7 @@ import fcntl
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -78,9 +79,13 @@ def _started(command: list[str], lock: Path) -> subprocess.Popen[str]:
 
 @pytest.mark.slow
 def test_a_second_start_on_a_running_run_is_refused_and_the_first_keeps_every_metric(tmp_path: Path) -> None:
+    """The first run is held still (SIGSTOP, in its third epoch) while the others try: however fast it
+    trains, it is in use when they start."""
     run = tmp_path / "run"
     longer = ["trainer.max_epochs=6", "trainer.limit_train_batches=30", "logger=none", f"hydra.run.dir={run}"]
-    first = _started(processes.python("train.py", "trainer.accelerator=cpu", *longer), run / LOCK_FILE)
+    pause = ["+callbacks.pause._target_=faults.HangAt", "+callbacks.pause.step=65", "+callbacks.pause.rank=0"]
+    first = _started(processes.python("train.py", "trainer.accelerator=cpu", *longer, *pause), run / LOCK_FILE)
+    processes.until(lambda: processes.state(first.pid) == "T", 120, "the first run held still at step 65")
     for attempt in (["trainer.max_epochs=8"], []):  # to train it longer; the same again
         second = run_script("train.py", f"resume={run}", *attempt, timeout=120)
         assert second.returncode == 1
@@ -88,6 +93,7 @@ def test_a_second_start_on_a_running_run_is_refused_and_the_first_keeps_every_me
             f"Error: the run {run} is in use by host {os.uname().nodename}, pid {first.pid}: wait for it to "
             "end, or stop it first (a folder takes one process at a time)"
         )
+    first.send_signal(signal.SIGCONT)
     output = processes.finish(first)
     assert first.returncode == 0, output[-3000:]
     metrics = json.loads((run / "metrics.json").read_text())

@@ -138,13 +138,5 @@ def test_a_deleted_pod_ends_the_job_in_bounded_time_and_its_restarted_pods_finis
 
 def _wait_until_stopped(pods: namespaces.Pods, pod: int, timeout: float) -> None:
     """Until a process of pod ``pod`` is stopped (SIGSTOP: state T)."""
-
-    def state(pid: int) -> str:
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, IndexError):  # ended meanwhile
-            return ""
-
-    namespaces.processes.until(
-        lambda: "T" in map(state, pods.pids(pod)), timeout, f"a process of pod {pod} stopped", every=0.5
-    )
+    stopped = lambda: "T" in map(namespaces.processes.state, pods.pids(pod))
+    namespaces.processes.until(stopped, timeout, f"a process of pod {pod} stopped", every=0.5)
