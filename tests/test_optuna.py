@@ -21,9 +21,10 @@ from omegaconf import OmegaConf
 from optuna import distributions as d
 from optuna.trial import TrialState
 
+from mnistlab.runtime.run import run_folder
+
 from hydra_plugins.mnistlab_optuna import search_space
 from hydra_plugins.mnistlab_optuna.optuna_sweeper import _grid
-from mnistlab.runtime.run import run_folder
 
 import processes
 from composing import ROOT, SHORT, compose_config

@@ -19,8 +19,9 @@ from hydra.types import HydraContext, TaskFunction
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.mnistlab_optuna import search_space
 from mnistlab.runtime.run import internals
+
+from hydra_plugins.mnistlab_optuna import search_space
 
 log = logging.getLogger(__name__)
 RESULTS_FILE = "optimization_results.yaml"  # in the sweep's folder: the best trial (hydra-optuna-sweeper's file)
