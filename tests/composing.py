@@ -5,6 +5,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import tomllib
 import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
@@ -70,3 +71,11 @@ def compose_config(
             overrides=[*task, f"paths.log_dir={out}", f"paths.output_dir={out}", "trainer.accelerator=cpu", *overrides],
             return_hydra_config=hydra,
         )
+
+
+def locked_versions(project: Path) -> dict[str, set[str]]:
+    """uv.lock's packages and their versions (one package may have several: one per Python range)."""
+    versions: dict[str, set[str]] = {}
+    for package in tomllib.loads((project / "uv.lock").read_text())["package"]:
+        versions.setdefault(package["name"], set()).add(package["version"])
+    return versions

@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 
 from mnistlab.runtime.run import run_folder
 
 import processes
-from composing import ROOT
+from composing import ROOT, locked_versions
 
 pytestmark = pytest.mark.slow  # copier, git and the rendered project run as processes
 
@@ -55,14 +54,6 @@ def _generate(template: Path, project: Path, *answers: str) -> None:
     _copier("copy", *answers, str(template), str(project), cwd=project.parent)
     _run("git", "init", "-q", cwd=project)
     _commit(project, "generated")
-
-
-def _locked_versions(project: Path) -> dict[str, set[str]]:
-    """uv.lock's packages and their versions (one package may have several: one per Python range)."""
-    versions: dict[str, set[str]] = {}
-    for package in tomllib.loads((project / "uv.lock").read_text())["package"]:
-        versions.setdefault(package["name"], set()).add(package["version"])
-    return versions
 
 
 def _copy_working_tree(repo: Path) -> None:
@@ -115,7 +106,7 @@ def test_copy_renames_everything(template: Path, tmp_path: Path) -> None:
     assert "RETINA_LAB_EPOCH_TIMES" in (project / "benchmarks" / "timing.py").read_text()
     pyproject = (project / "pyproject.toml").read_text()
     assert 'name = "retina_lab"' in pyproject
-    locked, template = _locked_versions(project), _locked_versions(ROOT)  # the template's lock, renamed
+    locked, template = locked_versions(project), locked_versions(ROOT)  # the template's lock, renamed
     assert locked.pop("retina-lab") == template.pop("mnistlab") and locked == template
     assert 'authors = [{ name = "Ada Lovelace", email = "ada@example.org" }]' in pyproject
     readme = (project / "README.md").read_text()
@@ -166,7 +157,7 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     ):
         assert not {"gradio", "demo", "wrk"} & set(re.findall(r"[a-z]+", text.lower()))
     # Its own lock (no demo extra: the template's would be stale there), with the template's versions.
-    locked, template = _locked_versions(project), _locked_versions(ROOT)
+    locked, template = locked_versions(project), locked_versions(ROOT)
     assert "blank-lab" in locked and "gradio" not in locked
     assert all(versions == template[name] for name, versions in locked.items() if name != "blank-lab")
     assert (

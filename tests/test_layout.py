@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-import tomllib
 
 import mnistlab
+
+from composing import ROOT, locked_versions
 
 PACKAGE = Path(mnistlab.__file__).parent
 NAME = PACKAGE.name
@@ -122,9 +123,7 @@ def test_the_frameworks_private_parts_are_used_in_one_module() -> None:
             assert _private_uses(path) == [], f"{path.relative_to(PACKAGE.parent)}: use runtime/run/internals.py"
     read_from = re.search(r"Read from: (.+) \(uv.lock\)", INTERNALS.read_text())
     assert read_from, "say which versions the private parts were read from"
-    locked: dict[str, set[str]] = {}
-    for package in tomllib.loads((PACKAGE.parents[1] / "uv.lock").read_text())["package"]:
-        locked.setdefault(package["name"], set()).add(package["version"])
+    locked = locked_versions(ROOT)
     for name, version in (entry.split() for entry in read_from[1].split(", ")):
         assert version in locked[name], f"internals.py was read from {name} {version}; the lock holds {locked[name]}"
 
@@ -136,13 +135,12 @@ def _module_level_imports(path: Path) -> set[str]:
     pending: list[ast.AST] = [ast.parse(path.read_text())]
     while pending:
         for node in ast.iter_child_nodes(pending.pop()):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                continue
-            pending.append(node)
-            names = _imports(path, ast.Module(body=[node], type_ignores=[])) if isinstance(node, ast.stmt) else set()
-            for name in names:
-                parts = name.split(".")
-                found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for name in _imports(path, node):
+                    parts = name.split(".")
+                    found |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+            elif not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                pending.append(node)
     modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
     return found & modules
 

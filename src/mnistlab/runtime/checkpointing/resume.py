@@ -92,9 +92,7 @@ def expand(argv: list[str]) -> list[str]:
 def _expand_sweep(argv: list[str], folder: Path) -> list[str]:
     """``argv`` with ``resume=<sweep folder>`` replaced by that sweep, launched again into its folder."""
     if any(arg.startswith(f"{RUN_DIR_OVERRIDE}=") for arg in argv[1:]):
-        return (
-            argv  # one job of a resumed sweep, re-run in processes of its own (rendezvous.run_job_in_fresh_processes)
-        )
+        return argv  # one job of a resumed sweep, re-run in processes of its own (rendezvous)
     folder_lock.refuse_if_held(folder, "the sweep")
     saved = _sweep_record(folder)
     overrides = saved["overrides"]
@@ -306,7 +304,7 @@ def adopt_as_last(checkpoint: Path) -> Path:
     """Make ``checkpoint`` (of :func:`continue_from`) the run's last.ckpt, as a hard link (no space taken), so
     that the run goes on as from any last.ckpt: Lightning never deletes the file a run resumed from, and would
     keep that best checkpoint beyond save_top_k. Where the file system has no hard links, ``checkpoint`` as it is."""
-    last = checkpoint.parent / last_checkpoint(checkpoint.parent).name
+    last = checkpoint.with_name(last_checkpoint(Path()).name)
     if checkpoint == last:
         return last
     linked = last.with_name(f".{last.name}.{os.getpid()}.link")

@@ -52,7 +52,7 @@ def check_environment(cfg: DictConfig | None = None) -> None:
             f"LOCAL_RANK={os.environ['LOCAL_RANK']} is set, but no launcher started this process (WORLD_SIZE is "
             "not set): it would wait for processes that never come. Run `unset LOCAL_RANK` and start again"
         )
-    if cfg is None or started.per_process_nodes is None:
+    if cfg is None or not started.by_torchrun:
         return
     devices, nodes = cfg.trainer.get("devices"), cfg.trainer.get("num_nodes", 1)
     if isinstance(devices, int) and isinstance(nodes, int) and devices * nodes != started.world_size:
@@ -122,7 +122,6 @@ ROLL_CALL_S = 5.0  # how long the surviving ranks wait for each other's answer
 
 def _roll_call(rank: int, world_size: int) -> list[int] | None:
     """The ranks that do not answer within ROLL_CALL_S; None when the store itself does not answer."""
-
     if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
         return None
     key = f"mnistlab/roll_call/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
@@ -139,7 +138,7 @@ def join_external_launch(config_name: str) -> list[str]:
     """Under torchrun, srun or a launch by hand: one run folder; return the overrides this rank needs."""
     started = launch.current()
     rank = started.rank
-    if started.launcher in ("torchrun", "kubeflow"):
+    if started.by_torchrun:
         if RUN_ID not in os.environ:  # else named by the job (deploy/kubernetes/): the same after a restart
             os.environ[RUN_ID] = _run_id_from_torchrun_store(started.is_rank_zero)
     elif started.launcher == "slurm" and started.world_size > 1:
@@ -188,7 +187,7 @@ def is_distributed_sweep_job(cfg: DictConfig) -> bool:
     """True for a job of a Hydra multirun (by Hydra's run mode) that runs on several processes."""
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return False
-    if launch.current().launcher in ("slurm", "torchrun", "kubeflow"):
+    if (started := launch.current()).by_torchrun or started.launcher == "slurm":
         return False  # a launcher outside Hydra started this job's ranks (hydra/launcher=slurm)
     return str(cfg.trainer.devices) != "1" or int(cfg.trainer.num_nodes) != 1
 
@@ -206,7 +205,7 @@ def run_job_in_fresh_processes() -> dict[str, float]:
         *(o for o in hydra.overrides.hydra if o.startswith(("hydra.sweeper.", "hydra/sweeper", "hydra.searchpath"))),
         f'hydra.run.dir="{out}"',  # the job's folder, already holding its saved config
         "hydra.output_subdir=null",
-        f"hydra.job.name={launch.log_name(0, hydra.job.name, by_rank=True)}",  # its ranks log to <job>_ddp_process_<N>.log
+        f"hydra.job.name={launch.log_name(0, hydra.job.name, by_rank=True)}",  # <job>_ddp_process_<N>.log
     ]
     finished = subprocess.run(command, check=False)
     if finished.returncode:

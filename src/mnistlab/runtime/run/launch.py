@@ -39,15 +39,9 @@ class Launch:
         return self.rank == 0
 
     @property
-    def joins(self) -> bool:
-        """Whether another process of this job saves the config and names the folder (rank 0 does)."""
-        return not self.is_rank_zero
-
-    @property
-    def per_process_nodes(self) -> int | None:
-        """torchrun's nodes, from its processes per node; None for every other launcher."""
-        local = os.environ.get("LOCAL_WORLD_SIZE")
-        return self.world_size // int(local) if self.launcher in ("torchrun", "kubeflow") and local else None
+    def by_torchrun(self) -> bool:
+        """Started by torchrun's agent: by hand, or in a Kubeflow TrainJob's pod."""
+        return self.launcher in ("torchrun", "kubeflow")
 
 
 def current() -> Launch:
@@ -81,10 +75,10 @@ def started_by_torchrun(key: str, default: int) -> int:
     """``trainer.devices`` and ``trainer.num_nodes`` (the ``torchrun`` resolver of conf/trainer/): under
     torchrun, or a Kubeflow TrainJob that runs it, the processes it started per node and its nodes; else
     ``default``. So the numbers live in one place, the launcher's command (or the job's PET_* variables)."""
-    launch = current()
-    if (nodes := launch.per_process_nodes) is None:
+    per_node = os.environ.get("LOCAL_WORLD_SIZE")
+    if not (per_node and (launch := current()).by_torchrun):
         return default
-    return launch.world_size // nodes if key == "devices" else nodes
+    return int(per_node) if key == "devices" else launch.world_size // int(per_node)
 
 
 def run_id() -> str | None:
