@@ -118,7 +118,8 @@ def _start_requeued(env: dict[str, str], job: str, *changes: str) -> None:
 
 def _finished(env: dict[str, str], job: str, out: Path) -> dict[str, str]:
     """Wait for the job's end; if it did not complete, show what it printed (the job's output file)."""
-    state = _wait(env, job, lambda s: s.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"))
+    # A whole training job: 10 minutes, for a CI worker that shares its cores with the other's (loadgroup).
+    state = _wait(env, job, lambda s: s.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 600)
     printed = out / f"slurm-{job}.out"
     tail = printed.read_text()[-4000:] if printed.is_file() else "(no output file)"
     assert state["JobState"] == "COMPLETED", f"{state['JobState']} ({state.get('Reason')}):\n{tail}"
