@@ -483,7 +483,7 @@ def test_a_damaged_sweep_record_is_refused_in_one_line_and_changes_nothing(damag
 @pytest.mark.parametrize(
     "typo,message",
     [
-        ("trainer.max_epochs=abc", "trainer.max_epochs=abc: should be a valid integer"),
+        ("trainer.max_epochs=abc", "trainer.max_epochs=abc: should be an integer or null (lightning.pytorch.Trainer)"),
         ("model.optimizer.lr=-1", "model.optimizer.lr=-1"),
         ("data.batch_sise=8", "Could not override 'data.batch_sise'."),
     ],

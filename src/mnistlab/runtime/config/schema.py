@@ -1,16 +1,17 @@
-"""The type and range of every framework key in ``conf/``, checked as soon as Hydra has composed the config.
+"""The project's own keys in ``conf/`` (those no class takes), typed, and one check of a whole config.
 
 Entry points check here before they import torch and Lightning (5 s on a 2-core CPU; pydantic and
 Hydra take 0.3 s): a mistyped value is answered at once, in one line that names the key, the value
 and what is allowed, instead of a traceback from inside Lightning minutes into a run.
 
-The models mirror the framework's config groups (trainer, strategy, paths, the machinery's callbacks,
-the entry points' own keys). The user's parts (``data``, ``model`` and whatever else a node's
-``_target_`` names) have no model here: every node Hydra instantiates is checked against its target's
-own signature (``signatures.py``), so a data module of your own needs no schema to run.
+The models hold what the entry points read themselves (``seed``, ``monitor``, ``paths``, ``ckpt_path``,
+``engine.address``...). Every node with a ``_target_`` (the trainer, strategy, callbacks, loggers,
+optimizer, and the user's data module and network) is checked against its class's own signature
+instead (``signatures.py``): Lightning's classes and yours alike, with no copy here to keep in step.
 """
 
-from typing import Annotated, Any, Literal
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal, TypeGuard
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -22,112 +23,19 @@ from mnistlab.runtime.run.failures import InputError
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
-# Lightning's limit_*_batches: a fraction of the batches (float) or a number of them (int).
-BatchLimit = Annotated[float, Field(ge=0, le=1)] | NonNegative | None
-Precision = Literal["32-true", "32", 32, "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "64", 64]
 
 
 class Node(BaseModel):
-    # strict: 10.0 is no number of epochs, "true" no boolean; Lightning asserts on both.
+    # strict: 10.0 is no number of epochs, "true" no boolean.
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class Target(Node):
-    """A node Hydra instantiates: ``_target_`` names the class, the class checks what is not listed."""
+    """A node Hydra instantiates: ``_target_`` names the class, whose signature checks the rest."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
     target: str = Field(alias="_target_")
     partial: bool = Field(False, alias="_partial_")
-
-
-class Timeout(Target):
-    seconds: PositiveFloat
-
-
-class Strategy(Target):
-    process_group_backend: Literal["nccl", "gloo", "mpi"] | None = None
-    start_method: Literal["popen", "spawn", "fork", "forkserver"] = "popen"
-    timeout: Timeout | None = None
-    find_unused_parameters: bool = False
-    gradient_as_bucket_view: bool = False
-    static_graph: bool = False
-    sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"] = "FULL_SHARD"
-    cpu_offload: bool = False
-    state_dict_type: Literal["full", "sharded"] = "full"
-
-
-class Trainer(Target):
-    default_root_dir: str
-    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps"]
-    devices: Positive | Literal["auto", -1] | list[NonNegative]
-    num_nodes: Positive
-    strategy: Literal["auto", "ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed"] | Strategy
-    max_epochs: Annotated[int, Field(ge=-1)] | None  # -1: no limit
-    min_epochs: NonNegative | None = None
-    max_steps: Annotated[int, Field(ge=-1)] = -1
-    precision: Precision
-    deterministic: bool | Literal["warn"]
-    log_every_n_steps: Positive
-    check_val_every_n_epoch: Positive | None
-    limit_train_batches: BatchLimit
-    limit_val_batches: BatchLimit
-    limit_test_batches: BatchLimit
-    num_sanity_val_steps: Annotated[int, Field(ge=-1)]
-    gradient_clip_val: PositiveFloat | None
-    accumulate_grad_batches: Positive
-    plugins: list[Target] | None
-    fast_dev_run: bool | NonNegative = False
-    overfit_batches: Annotated[float, Field(ge=0, le=1)] | NonNegative = 0.0
-    profiler: Target | Literal["simple", "advanced", "pytorch"] | None = None
-
-
-class Optimizer(Target):  # any torch.optim class: the one argument they all share is torch's, checked here
-    lr: PositiveFloat | None = None
-
-
-class Model(Target):  # the LightningModule: its own signature checks its keys (signatures.py)
-    optimizer: Optimizer | None = None
-
-
-class Checkpoint(Target):
-    dirpath: str
-    filename: str
-    monitor: str | None
-    mode: Literal["min", "max"] = "min"
-    save_top_k: Annotated[int, Field(ge=-1)]  # -1: all
-    every_n_epochs: Positive | None
-    every_n_train_steps: Positive | None
-
-
-class EarlyStopping(Target):
-    monitor: str
-    mode: Literal["min", "max"]
-    patience: NonNegative
-    min_delta: Annotated[float, Field(ge=0)]
-
-
-class SafeStopConfig(Target):
-    checkpoint: str
-    check_every_n_steps: Positive
-    requeue: bool = True
-
-
-class TestPicturesConfig(Target):
-    misclassified: NonNegative
-    png_dir: str | None
-
-
-class Callbacks(Node):
-    model_config = ConfigDict(extra="allow")  # a callback of your own: its class checks its arguments
-    __pydantic_extra__: dict[str, Target | None]
-    model_checkpoint: Checkpoint | None = None
-    last_checkpoint: Checkpoint | None = None
-    early_stopping: EarlyStopping | None = None
-    safe_stop: SafeStopConfig | None = None
-    test_pictures: TestPicturesConfig | None = None
-    lr_monitor: Target | None = None
-    progress_bar: Target | None = None
-    model_summary: Target | None = None
 
 
 class Paths(Node):
@@ -148,18 +56,13 @@ class RunConfig(Node):
     monitor: str  # a metric the module logs at validation
     mode: Literal["min", "max"]
     allow_cpu_oversubscription: bool = False  # checks.check_cpu_processes
-    data: Target  # the data module: its own signature checks its keys (signatures.py)
-    model: Model
-    trainer: Trainer
-    callbacks: Callbacks | None = None
+    data: Target
+    model: Target
+    trainer: Target
+    callbacks: dict[str, Target | None] | None = None  # callbacks.<name>=null switches one off
     logger: dict[str, Target | None] | None = None  # logger=none removes the key
     paths: Paths
     hydra: Any = None  # Hydra's own config, when a test composes it in: typed by Hydra
-
-
-class RayScaling(Target):  # ray.train.ScalingConfig
-    num_workers: Positive
-    use_gpu: bool = False
 
 
 class Engine(Node):
@@ -167,7 +70,7 @@ class Engine(Node):
 
     address: str | None
     connect_timeout_s: PositiveFloat
-    scaling_config: RayScaling
+    scaling_config: Target  # ray.train.ScalingConfig: num_workers is the world size
     torch_config: Target
     failure_config: Target
 
@@ -182,9 +85,12 @@ class TrainConfig(RunConfig):
 
     @model_validator(mode="after")
     def _batch_divides_into_processes(self) -> "TrainConfig":
-        devices, nodes = self.trainer.devices, self.trainer.num_nodes
+        trainer = self.trainer.model_extra or {}
+        devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes", 1)
         per_node = len(devices) if isinstance(devices, list) else devices
-        world = per_node * nodes if isinstance(per_node, int) and per_node != -1 else 1  # "auto", -1: unknown yet
+        world = (
+            per_node * nodes if _count(per_node) and per_node != -1 and _count(nodes) else 1
+        )  # "auto": not yet known
         named_by = "trainer.devices x trainer.num_nodes"
         if self.engine is not None:
             if devices not in (1, "auto") or nodes != 1:
@@ -192,11 +98,16 @@ class TrainConfig(RunConfig):
                     f"engine=ray runs one rank per Ray worker, so trainer.devices={devices} and trainer.num_nodes={nodes} "
                     "would multiply them: leave both out and set engine.scaling_config.num_workers"
                 )
-            world, named_by = self.engine.scaling_config.num_workers, "engine.scaling_config.num_workers"
+            world = (self.engine.scaling_config.model_extra or {}).get("num_workers", 1)
+            named_by = "engine.scaling_config.num_workers"
         batch = (self.data.model_extra or {}).get("batch_size")  # a data module of this project's kind: global
-        if isinstance(batch, int) and not isinstance(batch, bool) and batch % world:
+        if _count(batch) and _count(world) and world > 0 and batch % world:
             raise ValueError(indivisible_batch(batch, world, named_by))
         return self
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class EvalConfig(RunConfig):
@@ -272,9 +183,22 @@ def check(cfg: DictConfig, schema: type[Node]) -> None:
     except ValidationError as err:
         raise InputError(_describe(err, values)) from None
     assert isinstance(values, dict)
-    for key, node in values.items():
-        if key != "hydra":
-            signatures.check_tree(node, str(key))
+    # A value copied by interpolation (model.scheduler.T_max: ${trainer.max_epochs}) is checked after the
+    # rest, so that a wrong value is named where the user gave it.
+    copies = frozenset(_interpolations(OmegaConf.to_container(cfg, resolve=False), ""))
+    for later in (copies, frozenset[str]()):
+        for key, node in values.items():
+            if key != "hydra":
+                signatures.check_tree(node, str(key), later)
+
+
+def _interpolations(value: Any, key: str) -> Iterator[str]:
+    """The keys under ``key`` whose (unresolved) value is an interpolation."""
+    if isinstance(value, str) and value.startswith("${"):
+        yield key
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for name, item in items:
+        yield from _interpolations(item, f"{key}.{name}" if key else str(name))
 
 
 def _describe(err: ValidationError, values: Any) -> str:

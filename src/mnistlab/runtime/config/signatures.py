@@ -1,11 +1,14 @@
 """The keys of a config node checked against the signature of the class (or function) its ``_target_`` names.
 
-A user's parts (data module, network, LightningModule, optimizer, scheduler, callbacks) have no schema of
-their own to keep in step: their constructor is their schema. It is read from the source with ``ast``,
-never imported, so that a typo is answered before torch loads (and a target named in a checkpoint's config
-runs nothing). Only what the source states is checked: an unknown key (where there is no ``**kwargs``), a
-required argument with no value (unless ``_partial_``), and a value that contradicts a plain annotation
-(int, float, str, bool, ``Literal``, ``Optional``, unions, paths, lists, dicts). Whatever cannot be read
+Every node Hydra instantiates, the framework's (Lightning's Trainer, strategies, callbacks; torch's
+optimizers; Ray's configs) and the user's (data module, network, LightningModule) alike, is checked here:
+its class's constructor is its schema, so there is none to keep in step with a release. It is read from
+the source with ``ast``, never imported, so that a typo is answered before torch loads (and a target named
+in a checkpoint's config runs nothing). Only what the source states is checked: an unknown key (where there
+is no ``**kwargs``), a required argument with no value (unless ``_partial_``), a value that contradicts a
+plain annotation (int, float, str, bool, ``Literal``, ``Optional``, unions, paths, lists, dicts, and the
+module's aliases of these, as Lightning's ``_PRECISION_INPUT``), and the range of a number that a class
+refuses at run time (``bounds.py``). A dataclass's fields are its arguments. Whatever cannot be read
 statically (a class built at run time, an annotation of another type) is left to the class itself.
 """
 
@@ -16,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from mnistlab.runtime.config import bounds
 from mnistlab.runtime.config.checks import did_you_mean
 from mnistlab.runtime.run.failures import InputError
 
@@ -31,29 +35,49 @@ class Parameter:
     defaults_to_none: bool
 
 
+Definition = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class Found:
+    """A definition (or an alias's value), with the module that holds it (for the names that module imports)."""
+
+    definition: Definition | ast.expr
+    tree: ast.Module
+    module: str
+    path: Path
+
+    @property
+    def qualified(self) -> str:
+        name = getattr(self.definition, "name", "")
+        return f"{self.module}.{name}"
+
+
 @dataclass(frozen=True)
 class Signature:
     target: str
     parameters: dict[str, Parameter]
     any_keyword: bool  # **kwargs: any key is accepted
+    defined_in: Found  # the class (or function) whose arguments these are: a base class's, when inherited
 
     def describe(self) -> str:
         return f"{self.target}({', '.join(self.parameters)})"
 
 
-def check_tree(value: Any, key: str) -> None:
+def check_tree(value: Any, key: str, later: frozenset[str] = frozenset()) -> None:
     """Check every node with a ``_target_`` in ``value`` (a resolved config or part of it), inner ones first;
-    ``key`` is the place of ``value`` in the config (``data``, ``model``)."""
+    ``key`` is the place of ``value`` in the config (``data``, ``model``); the values of the keys in ``later``
+    are left out (the caller checks them again after the rest)."""
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for name, item in items:
-        check_tree(item, f"{key}.{name}")
+        check_tree(item, f"{key}.{name}", later)
     if isinstance(value, dict) and isinstance(value.get("_target_"), str):
-        check_node(value, key)
+        check_node(value, key, later)
 
 
-def check_node(node: dict[str, Any], key: str) -> None:
+def check_node(node: dict[str, Any], key: str, later: frozenset[str] = frozenset()) -> None:
     """Refuse, in one line naming the key, what ``node``'s ``_target_`` does not accept; ``key`` is the
-    node's place in the config (``data``, ``model.net``)."""
+    node's place in the config (``data``, ``model.net``); the values of the keys in ``later`` are not checked."""
     target = node["_target_"]
     if not _installed(target.partition(".")[0]):
         raise InputError(f"{key}._target_={target}: no module {target.partition('.')[0]} is installed")
@@ -71,11 +95,15 @@ def check_node(node: dict[str, Any], key: str) -> None:
                     f"{key}.{parameter.name} is missing: {signature.target} needs it; give it in the node's YAML "
                     f"or as {key}.{parameter.name}=..."
                 )
+    ranges = _ranges(signature)
     for name, value in given.items():
         accepted = signature.parameters.get(name)
-        if accepted is None or accepted.annotation is None or (value is None and accepted.defaults_to_none):
+        if accepted is None or (value is None and accepted.defaults_to_none) or f"{key}.{name}" in later:
             continue
-        if (expected := _mismatch(value, accepted.annotation)) is not None:
+        expected = _mismatch(value, accepted.annotation, signature.defined_in) if accepted.annotation else None
+        if expected is None and name in ranges and not ranges[name].fits(value):
+            expected = ranges[name].description
+        if expected is not None:
             raise InputError(f"{key}.{name}={_show(value)}: should be {expected} ({signature.target})")
 
 
@@ -91,13 +119,41 @@ def read(target: str) -> Signature | None:
         init = _initializer(found, hops=0)
         if init is None:
             return None
-        arguments, skip = init, 1  # self
-    else:
+        (arguments, found), skip = init, 1  # self
+    elif isinstance(found.definition, ast.FunctionDef | ast.AsyncFunctionDef):
         arguments, skip = found.definition.args, 0
-    return _signature(target, arguments, skip)
+    else:
+        return None  # a name bound to an expression: made at run time
+    return _signature(target, arguments, skip, found)
 
 
-def _signature(target: str, arguments: ast.arguments, skip: int) -> Signature:
+def ranges(target: str) -> dict[str, bounds.Range]:
+    """The ranges ``bounds.py`` gives the arguments of ``target`` (for its tests)."""
+    signature = read(target)
+    return _ranges(signature) if signature else {}
+
+
+def _ranges(signature: Signature) -> dict[str, bounds.Range]:
+    """The ranges bounds.py gives this signature's class: as named there, through a re-export
+    (``lightning.pytorch.Trainer``), inherited by a subclass that keeps its constructor, or in a package
+    whose classes share one (``torch.optim``)."""
+    where = signature.defined_in.qualified
+    found: dict[str, bounds.Range] = {}
+    for owner, rules in bounds.RANGES.items():
+        if where.startswith(f"{owner}.") or _qualified(owner) == where:
+            found |= rules
+    return found
+
+
+@cache
+def _qualified(target: str) -> str | None:
+    """Where the class ``target`` names is defined (``lightning.pytorch.trainer.trainer.Trainer``)."""
+    module, _, name = target.rpartition(".")
+    found = _find(module, name, hops=0) if module else None
+    return found.qualified if found else None
+
+
+def _signature(target: str, arguments: ast.arguments, skip: int, defined_in: Found) -> Signature:
     positional = [*arguments.posonlyargs, *arguments.args]
     defaults = [None] * (len(positional) - len(arguments.defaults)) + list(arguments.defaults)
     pairs = list(zip(positional, defaults, strict=True))[skip:]
@@ -113,24 +169,12 @@ def _signature(target: str, arguments: ast.arguments, skip: int) -> Signature:
         for arg, default in pairs
         if arg.arg not in positional_only
     }
-    return Signature(target, parameters, any_keyword=arguments.kwarg is not None)
-
-
-Definition = ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-
-
-@dataclass(frozen=True)
-class Found:
-    """A definition, with the module that holds it (for the names that module imports)."""
-
-    definition: Definition
-    tree: ast.Module
-    module: str
-    path: Path
+    return Signature(target, parameters, any_keyword=arguments.kwarg is not None, defined_in=defined_in)
 
 
 def _find(module: str, name: str, hops: int) -> Found | None:
-    """The definition of ``name`` in ``module``, following re-exports (``from .adam import Adam``)."""
+    """The definition of ``name`` in ``module`` (or the value an assignment binds to it, as a type alias's),
+    following re-exports (``from .adam import Adam``)."""
     path = _source(module)
     if path is None or hops > MAX_HOPS:
         return None
@@ -139,6 +183,8 @@ def _find(module: str, name: str, hops: int) -> Found | None:
     for statement in reversed(tree.body):  # the last binding wins, as at run time
         if isinstance(statement, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == name:
             return Found(statement, tree, module, path)
+        if (value := _assigned(statement, name)) is not None:
+            return Found(value, tree, module, path)
         if isinstance(statement, ast.ImportFrom):
             origin = _absolute(module, path, statement)
             for alias in statement.names:
@@ -152,33 +198,94 @@ def _find(module: str, name: str, hops: int) -> Found | None:
     return None
 
 
-def _initializer(found: Found, hops: int) -> ast.arguments | None:
-    """The arguments of the class's ``__init__`` (or ``__new__``), its first base's where it has neither
-    (object's: none at all)."""
+def _assigned(statement: ast.stmt, name: str) -> ast.expr | None:
+    """The value ``statement`` binds to ``name`` at module level (``X = ...``, ``X: TypeAlias = ...``)."""
+    if isinstance(statement, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in statement.targets):
+        return statement.value
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.target.id == name:
+        return statement.value
+    return None
+
+
+def _initializer(found: Found, hops: int) -> tuple[ast.arguments, Found] | None:
+    """The arguments of the class's ``__init__`` (or ``__new__``, or its dataclass fields), its first base's
+    where it has none (object's: none at all); with the class that defines them."""
     cls = found.definition
     assert isinstance(cls, ast.ClassDef)
-    if hops > MAX_HOPS or any(_decorator_name(d) in {"dataclass", "define", "attrs"} for d in cls.decorator_list):
+    if hops > MAX_HOPS or any(_decorator_name(d) in {"define", "attrs"} for d in cls.decorator_list):
         return None  # generated initialisers are not in the source
     for name in ("__init__", "__new__"):  # datetime.timedelta has only the second
         for statement in cls.body:
             if isinstance(statement, ast.FunctionDef) and statement.name == name:
-                return statement.args
-    bases = [b for b in cls.bases if _dotted(b) not in {"object", "Generic", "typing.Generic", "ABC", "abc.ABC"}]
+                return statement.args, found
+    if _is_dataclass(cls):
+        fields = _fields(found, hops)
+        return None if fields is None else (_as_arguments(fields), found)
+    bases = _bases(cls)
     if not bases:
-        return ast.arguments(posonlyargs=[], args=[ast.arg("self")], kwonlyargs=[], kw_defaults=[], defaults=[])
-    base = _dotted(bases[0].value if isinstance(bases[0], ast.Subscript) else bases[0])
-    parent = _resolve(found, base) if base else None
+        empty = ast.arguments(posonlyargs=[], args=[ast.arg("self")], kwonlyargs=[], kw_defaults=[], defaults=[])
+        return empty, found
+    parent = _resolve(found, bases[0]) if bases[0] else None
     if parent is None or not isinstance(parent.definition, ast.ClassDef):
         return None
     return _initializer(parent, hops + 1)
 
 
+def _bases(cls: ast.ClassDef) -> list[str]:
+    """The dotted names of a class's bases that may define arguments ("" for one that is not a plain name)."""
+    named = [_dotted(b.value if isinstance(b, ast.Subscript) else b) for b in cls.bases]
+    return [b for b in named if b not in {"object", "Generic", "typing.Generic", "ABC", "abc.ABC"}]
+
+
+def _is_dataclass(cls: ast.ClassDef) -> bool:
+    return any(_decorator_name(d) == "dataclass" for d in cls.decorator_list)
+
+
+def _fields(found: Found, hops: int) -> dict[str, tuple[ast.AnnAssign, ast.expr | None]] | None:
+    """A dataclass's fields in ``__init__``'s order (its dataclass bases' first), each with its default
+    (None: required); None where a base cannot be read."""
+    cls = found.definition
+    assert isinstance(cls, ast.ClassDef)
+    fields: dict[str, tuple[ast.AnnAssign, ast.expr | None]] = {}
+    for base in reversed(_bases(cls)):  # the first base's fields come first, as in the MRO
+        parent = _resolve(found, base) if base and hops < MAX_HOPS else None
+        if parent is None or not isinstance(parent.definition, ast.ClassDef):
+            return None
+        if _is_dataclass(parent.definition):
+            if (inherited := _fields(parent, hops + 1)) is None:
+                return None
+            fields |= inherited
+    for statement in cls.body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            outer = (
+                statement.annotation.value if isinstance(statement.annotation, ast.Subscript) else statement.annotation
+            )
+            if _dotted(outer).rpartition(".")[2] != "ClassVar":
+                fields[statement.target.id] = (statement, _field_default(statement.value))
+    return fields
+
+
+def _field_default(value: ast.expr | None) -> ast.expr | None:
+    """A field's default as an expression; ``field(default_factory=...)`` has one (an ``...`` stands for it)."""
+    if isinstance(value, ast.Call) and _dotted(value.func).rpartition(".")[2] == "field":
+        given = {k.arg: k.value for k in value.keywords}
+        return given.get("default", ast.Constant(...) if "default_factory" in given else None)
+    return value
+
+
+def _as_arguments(fields: dict[str, tuple[ast.AnnAssign, ast.expr | None]]) -> ast.arguments:
+    kwonly = [ast.arg(name, statement.annotation) for name, (statement, _) in fields.items()]
+    defaults = [default for _, default in fields.values()]
+    return ast.arguments(posonlyargs=[], args=[ast.arg("self")], kwonlyargs=kwonly, kw_defaults=defaults, defaults=[])
+
+
 def _resolve(where: Found, dotted: str) -> Found | None:
-    """What a (possibly dotted) name in the module of ``where`` refers to: a class of it, or an import."""
+    """What a (possibly dotted) name in the module of ``where`` refers to: a definition or alias of it, or
+    an import."""
     head, _, rest = dotted.partition(".")
+    if not rest:
+        return _find(where.module, dotted, hops=1)
     for statement in where.tree.body:
-        if isinstance(statement, ast.ClassDef) and statement.name == dotted:
-            return Found(statement, where.tree, where.module, where.path)
         if isinstance(statement, ast.ImportFrom):
             for alias in statement.names:
                 origin = _absolute(where.module, where.path, statement)
@@ -272,9 +379,10 @@ SIMPLE: dict[str, tuple[str, Any]] = {
 }
 
 
-def _mismatch(value: Any, annotation: ast.expr) -> str | None:
-    """What ``annotation`` asks for, where ``value`` is not that; None where it fits or cannot be told."""
-    if isinstance(value, dict) and "_target_" in value:
+def _mismatch(value: Any, annotation: ast.expr, where: Found, hops: int = 0) -> str | None:
+    """What ``annotation`` (written in the module of ``where``) asks for, where ``value`` is not that; None
+    where it fits or cannot be told."""
+    if isinstance(value, dict) and "_target_" in value or hops > MAX_HOPS:
         return None  # instantiated: its type is known only at run time
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # "Foo": a forward reference
         try:
@@ -283,7 +391,7 @@ def _mismatch(value: Any, annotation: ast.expr) -> str | None:
             return None
     members = _union(annotation)
     if members is not None:
-        wanted = [_mismatch(value, member) for member in members]
+        wanted = [_mismatch(value, member, where, hops) for member in members]
         return None if None in wanted else " or ".join(dict.fromkeys(w for w in wanted if w))
     if isinstance(annotation, ast.Constant) and annotation.value is None:
         return None if value is None else "null"
@@ -298,8 +406,11 @@ def _mismatch(value: Any, annotation: ast.expr) -> str | None:
             return None if fits else " or ".join(repr(a) for a in allowed)
         annotation = annotation.value  # list[int]: a list (its items are the target's business)
     name = _dotted(annotation).rpartition(".")[2]
-    if name not in SIMPLE:
-        return None
+    if name not in SIMPLE:  # an alias of the module's (_PRECISION_INPUT = Literal[...]), or a class of its own
+        alias = _resolve(where, _dotted(annotation)) if _dotted(annotation) else None
+        if alias is None or not isinstance(alias.definition, ast.expr):
+            return None
+        return _mismatch(value, alias.definition, alias, hops + 1)
     description, fits = SIMPLE[name]
     return None if fits(value) else description
 
