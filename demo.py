@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """Draw a digit and see what the model reads: ``python demo.py ckpt_path=<file>`` (conf/demo.yaml)."""
 
 import os
@@ -16,7 +17,7 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 def main(cfg: DictConfig) -> None:
     with reported():
         schema.check(cfg, schema.DemoConfig)  # before torch and Gradio load
-        from mnistlab.trained.demo import launch
+        from mnistlab.example.demo import launch
 
         launch(cfg)
 

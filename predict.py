@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """Classify digit images: ``python predict.py ckpt_path=<file> input=<image or folder>`` (conf/predict.yaml)."""
 
 import os
@@ -16,7 +17,7 @@ os.environ.setdefault("PROJECT_ROOT", str(Path(__file__).resolve().parent))
 def main(cfg: DictConfig) -> None:
     with reported():
         schema.check(cfg, schema.PredictConfig)  # before torch loads
-        from mnistlab.trained.prediction import predict
+        from mnistlab.example.prediction import predict
 
         predict(cfg)
 

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """What does Ray Train cost beside Lightning's own DDP? ``python benchmarks/engines.py [--repeats 2]``.
 
 Runs ``train.py`` (the project's default task, ``test=false``, 3 epochs) with 2 CPU processes each way,

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """A callback for ``benchmarks/speed.py --profile``: cProfile over the training epochs alone (not
 imports or start-up), from the first epoch's start to the end of training (so the epochs' end work,
 checkpoint writes included, is in it), written to ``path`` when fit ends. It is one more callback in the list, so

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """A callback for ``benchmarks/speed.py``: the seconds of each training epoch, from its start to the
 next one's (to the end of training for the last), timed inside the process and written as a JSON list
 to ``path`` when fit ends (by global rank 0). Start to start holds all of an epoch's work: validation,

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """How long a fresh install takes, and how big it is: ``python benchmarks/install.py [--repeats 1]
 [--only uv]``.
 

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """Does pruning pay? ``python benchmarks/pruning.py [--trials 16] [--epochs 5] [--seed 0] [--pruner median]
 [overrides of the pruner ...]``.
 

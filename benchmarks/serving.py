@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """What the HTTP server costs: ``python benchmarks/serving.py [--model <.ckpt or .onnx>] [--clients 1 8 32]
 [--requests 512] [--repeats 3] [--seconds 5] [serve.py overrides]``.
 
@@ -53,7 +54,8 @@ def test_images(count: int) -> list[bytes]:
 
 def in_process(model: Path, bodies: list[bytes], repeats: int) -> float:
     """Images a second classified here, without HTTP: decoded and prepared, then in batches of BATCH."""
-    from mnistlab.trained import classifier, digits
+    from mnistlab.example import digits
+    from mnistlab.trained import classifier
 
     net = classifier.load(model, "cpu", os.environ.get("DATA_DIR", str(ROOT / "data")))
 

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """How much do Lightning and Hydra cost? ``python benchmarks/speed.py [--repeats 3] [--gpu]``.
 
 Measures, in one invocation, alternating the runs and taking medians:

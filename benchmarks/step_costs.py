@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """What each part of the default config costs a training step: ``speed.py --costs``.
 
 The default ``train.py`` runs under Lightning's ``SimpleProfiler`` (``debug=profiler``), which times

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """What the benchmarks share: how a command is timed from outside (``wall``), a training run's epochs
 from inside (``epoch_seconds``, with ``epoch_timer.py``), and their table printed and saved as JSON
 (``publish``). ``speed.py``, ``step_costs.py`` and ``pruning.py`` import it; none imports another's helpers."""

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """MNIST fed the way most Lightning templates feed it, for the benchmark's comparison row:
 torchvision's ``MNIST`` dataset decoding a PIL image per sample, ``ToTensor`` + ``Normalize``
 transforms, and a ``DataLoader`` with the workers a user would pick (one per core), persistent.

@@ -1,3 +1,4 @@
+-- Part of the MNIST example: a project generated without it has no such file.
 -- wrk's script for benchmarks/serving.py: POST the bodies <folder>/00000.body, 00001.body, ... in turn
 -- (each connection from its own start), and print the round's figures as one line of JSON.
 -- wrk -s wrk_post.lua <url> -- <folder> <count> <content type>

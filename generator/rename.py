@@ -15,6 +15,7 @@ project after writing the new version there, so updates arrive in the renamed fi
 """
 
 import argparse
+import json
 import keyword
 import os
 import re
@@ -30,33 +31,11 @@ NAME = "mnistlab"
 LOCK = "uv.lock"  # the exact, hashed versions `uv sync` installs (README: Set up)
 TEMPLATE = Path(__file__).resolve().parents[1]
 BLANK = TEMPLATE / "generator" / "blank"  # the placeholders, under the template's names, copied over it
-EXAMPLE_ONLY = [  # what only the MNIST example needs: left out with --no-example
-    "src/mnistlab/trained/digits.py",
-    "src/mnistlab/trained/prediction.py",
-    "predict.py",
-    "conf/predict.yaml",
-    "conf/decode/digits.yaml",
-    "demo.py",
-    "conf/demo.yaml",
-    "src/mnistlab/trained/demo.py",
-    "tests/test_demo.py",
-    "docs/demo.png",
-    "docs/comparison.png",
-    "docs/performance.md",  # the benchmarks' page
-    "conf/data/mnist.yaml",
-    "conf/data/fashion_mnist.yaml",
-    "conf/data/kmnist.yaml",
-    "tests/test_data.py",
-    "tests/test_prediction.py",
-    "tests/test_export_docs.py",
-    "tests/test_serving_digits.py",
-    "tests/test_notebooks.py",
-    "tests/test_benchmarks.py",
-    "tests/test_model.py",  # the example's network and module: tests/test_contract.py checks whatever replaces them
-    "conf/experiment/cosine_wide.yaml",  # the example network's keys
-    "notebooks",
-    "benchmarks",
-]
+# What belongs to the MNIST example says so itself (src/mnistlab/example/__init__.py): whatever lies in a
+# folder named example/, and a file whose first line (after a Hydra "# @package" line; a notebook's: its first
+# cell's) carries this mark. The example left out (--example=False), they go.
+EXAMPLE_FOLDER = "example"
+EXAMPLE_MARK = "Part of the MNIST example"
 PLACEHOLDERS = """
 **This project starts with placeholders:** `src/{package}/data.py` serves random images of 10 classes
 and `src/{package}/network.py` is a small MLP for them. Replace them with your data module and network,
@@ -72,7 +51,7 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
     'demo = ["gradio>=6,<7"]  # demo.py: draw a digit in the browser\n': "",  # pyproject.toml: the demo's packages
     '    "gradio_client>=1.5",  # the demo\'s other client\n': "",
     ",serve,demo,loggers,ray]": ",serve,loggers,ray]",
-    "      - Performance: performance.md\n": "",  # mkdocs.yml: the benchmarks' page
+    "      - Performance: example/performance.md\n": "",  # mkdocs.yml: the benchmarks' page
 }
 TEMPLATE_NAMES = {  # in every project made
     "      - Start your own project: generator.md\n": "",  # mkdocs.yml: a page copier.yml leaves out
@@ -208,7 +187,7 @@ def _section(text: str, name: str, keep: bool) -> str:
 def leave_out_example(root: Path, files: list[str]) -> list[str]:
     """The MNIST example's own files out, the placeholders in (``conf/data/default.yaml`` names theirs);
     returns the rendered files as they are now. Only rendered files go: a notebook of the user's stays."""
-    gone = [name for name in files if any(name == x or name.startswith(f"{x}/") for x in EXAMPLE_ONLY)]
+    gone = [name for name in files if is_example(root, name)]
     for name in gone:
         (root / name).unlink()
         _prune(root, (root / name).parent)
@@ -217,6 +196,23 @@ def leave_out_example(root: Path, files: list[str]) -> list[str]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(BLANK / name, root / name)
     return [name for name in files if name not in gone] + [name for name in blank if name not in files]
+
+
+def is_example(root: Path, name: str) -> bool:
+    """Whether the file ``name`` (under ``root``) is the MNIST example's: in an ``example/`` folder, or marked."""
+    return EXAMPLE_FOLDER in PurePosixPath(name).parts[:-1] or EXAMPLE_MARK in _first_line(root / name)
+
+
+def _first_line(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):  # an image: only its folder can say
+        return ""
+    if path.suffix == ".ipynb":
+        cells = json.loads(text).get("cells") or [{"source": ""}]
+        text = "".join(cells[0]["source"])
+    lines = [line for line in text.splitlines() if not line.startswith("# @")]
+    return lines[0] if lines else ""
 
 
 def _toml(value: str) -> str:

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics import MeanMetric, SumMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from mnistlab.runtime.distributed.batches import InMemoryDataModule
+from mnistlab.runtime.data.in_memory import InMemoryDataModule
 
 IGNORE = -100  # torch's ignore_index: the rows that pad the in-memory loaders' last global batch
 

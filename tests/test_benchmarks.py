@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """The benchmarks run: their quickest table, and a refusal where they cannot measure."""
 
 import json

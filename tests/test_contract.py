@@ -186,7 +186,7 @@ def test_the_training_loader_keeps_up_with_training(tmp_path: Path, capsys) -> N
     if share >= 0.5:
         warnings.warn(
             f"{line}: the loader is the bottleneck; try num_workers>0 with persistent_workers=True, pin_memory=True "
-            "on a GPU, or hold the data in memory (runtime/distributed/batches.py: InMemoryDataModule)",
+            "on a GPU, or hold the data in memory (runtime/data/in_memory.py: InMemoryDataModule)",
             stacklevel=1,
         )
     assert count == 50 or count == len(data.train_dataloader())

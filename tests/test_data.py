@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """The MNIST data module (the example's): the official split, the files checked and decoded, the data sets
 in MNIST's format, and the settings of its own that the config checks."""
 
@@ -13,7 +14,7 @@ from hydra.utils import instantiate
 
 from mnistlab.data import FILES, MNISTDataModule
 from mnistlab.runtime.config import schema
-from mnistlab.runtime.distributed.batches import PAD_LABEL
+from mnistlab.runtime.data.in_memory import PAD_LABEL
 from mnistlab.runtime.run.failures import InputError
 from mnistlab.tasks import train
 

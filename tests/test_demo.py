@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """demo.py: draw a digit and see what the model reads. Its page is driven in a real browser (Debian's
 Chromium, by Playwright) and through gradio_client; its function is checked alone on drawn arrays."""
 
@@ -15,10 +16,11 @@ from playwright.sync_api import Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from torchvision.datasets import MNIST
 
+from mnistlab.example import digits
+from mnistlab.example.demo import page, reader
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run import run_folder
-from mnistlab.trained import classifier, digits
-from mnistlab.trained.demo import page, reader
+from mnistlab.trained import classifier
 
 import composing
 import running
@@ -125,7 +127,7 @@ def _shown(tab: Page, expected: str) -> str:
 def _drawn_and_read(tab: Page, url: str, points: list[tuple[float, float]], expected: str) -> str:
     """Open the page, pick up the pen, draw one stroke through ``points``: the class then shown on top.
     The canvas must lie within its pad (in a bare row Gradio sometimes sized it before the row's split,
-    src/mnistlab/trained/demo.py)."""
+    src/mnistlab/example/demo.py)."""
     tab.goto(url)
     tab.wait_for_selector("#drawing canvas")
     _pen(tab)

@@ -17,7 +17,7 @@ import yaml
 
 from composing import ROOT
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 COMMANDS = {"bash", "sh", "shell", "console", "python"}  # a block in one of these is something to run
 # Before each command block: the test that runs it (and reads this page), or why none can. A Markdown
 # comment (a link reference nothing uses): hidden on GitHub and in the site, and free to sit inside the
@@ -95,7 +95,10 @@ def _build(site: Path) -> None:
 def test_the_site_builds_with_every_link_and_anchor_whole(tmp_path: Path) -> None:
     _build(tmp_path / "site")  # strict: a warning (a link to no page, an anchor no page has) aborts
     built = {path.relative_to(tmp_path / "site").as_posix() for path in (tmp_path / "site").rglob("index.html")}
-    pages = {f"{path.stem}/index.html" for path in (ROOT / "docs").glob("*.md") if path.stem != "index"}
+    docs = ROOT / "docs"
+    pages = {
+        f"{path.relative_to(docs).with_suffix('')}/index.html" for path in docs.rglob("*.md") if path.stem != "index"
+    }
     assert built == pages | {"index.html"}
 
 

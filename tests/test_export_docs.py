@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """The lines of docs/export-serve.md that use an exported model with nothing of this project installed, run as written."""
 
 import re

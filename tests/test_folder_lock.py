@@ -1,5 +1,5 @@
 """A run or sweep folder takes one process at a time: a second start on it is refused in one line naming
-the holder, and the first goes on to the end (runtime/checkpointing/folder_lock.py)."""
+the holder, and the first goes on to the end (runtime/run/folder_lock.py)."""
 
 import fcntl
 import json
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mnistlab.runtime.checkpointing import folder_lock
-from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run import folder_lock, run_folder
 from mnistlab.runtime.run.failures import InputError
 from mnistlab.runtime.run.run_folder import LOCK_FILE
 

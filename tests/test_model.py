@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 from pathlib import Path
 
 import lightning as L
@@ -9,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from mnistlab.network import SimpleNN
-from mnistlab.runtime.distributed.batches import PAD_LABEL
+from mnistlab.runtime.data.in_memory import PAD_LABEL
 
 from composing import OWN, SHORT, compose_config
 

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """The notebooks run from the first cell to the last in a real kernel, with the command the README gives."""
 
 import json

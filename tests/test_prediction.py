@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """predict.py: digit images of any size, prepared as MNIST's were, classified as the model does."""
 
 import csv
@@ -11,11 +12,11 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from mnistlab.data import normalize
+from mnistlab.example.prediction import predict
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run.failures import InputError
 from mnistlab.trained import loading
-from mnistlab.trained.prediction import predict
 
 import onnx_models
 from composing import DATA_DIR, ROOT
@@ -140,7 +141,7 @@ def test_predict_refuses_a_malicious_checkpoint_in_one_line(
 def test_a_16_bit_png_reads_as_the_same_digit_at_8_bits(tmp_path: Path) -> None:
     """16-bit grey PNGs (a scanner's, a microscope's) are scaled to 0..255, not clipped at 255: each of
     the test digits prepares as it does from its 8-bit file, for predict.py and the server alike."""
-    from mnistlab.trained import digits
+    from mnistlab.example import digits
 
     images, _ = _test_set()
     for i, image in enumerate(images.numpy()):

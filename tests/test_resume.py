@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistlab.runtime.checkpointing import folder_lock, resume
-from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.checkpointing import resume
+from mnistlab.runtime.run import folder_lock, run_folder
 from mnistlab.runtime.run.failures import InputError
 from mnistlab.runtime.run.launch import RUN_ID
 from mnistlab.runtime.run.run_folder import RESUMES, SWEEP_FILE

@@ -1,3 +1,4 @@
+# Part of the MNIST example: a project generated without it has no such file.
 """serve.py with the example's input: digit images (PNG, JPEG, any size, either polarity), prepared as
 predict.py prepares files, asked by a real HTTP client (httpx)."""
 
@@ -10,7 +11,8 @@ import pytest
 from PIL import Image
 from torchvision.datasets import MNIST
 
-from mnistlab.trained import classifier, digits
+from mnistlab.example import digits
+from mnistlab.trained import classifier
 
 import onnx_models
 from composing import DATA_DIR
@@ -58,6 +60,6 @@ def test_a_model_that_does_not_take_digit_images_is_refused_at_start_not_served(
     result = run_script("serve.py", f"ckpt_path={model}", f"paths.log_dir={tmp_path}", timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "Error: the model takes inputs of shape (784), but decode (mnistlab.trained.digits.decode) gives (1, 28, 28): "
+        "Error: the model takes inputs of shape (784), but decode (mnistlab.example.digits.decode) gives (1, 28, 28): "
         "serve or predict with a model exported from a checkpoint of this task"
     )

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from mnistlab.runtime.distributed.batches import InMemoryDataModule
+from mnistlab.runtime.data.in_memory import InMemoryDataModule
 from mnistlab.runtime.run.failures import InputError
 
 # The four files of torchvision's layout (<data_dir>/<data set>/raw/), the same for every data set in

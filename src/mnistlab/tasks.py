@@ -18,13 +18,13 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from omegaconf import DictConfig, OmegaConf
 from torch.distributed import DistNetworkError, DistStoreError
 
-from mnistlab.runtime.checkpointing import folder_lock, resume
+from mnistlab.runtime.checkpointing import resume
 from mnistlab.runtime.checkpointing.checkpoint_io import RUN_ID_KEY, AtomicCheckpointIO, fit_weights, load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.config.checks import check_devices
 from mnistlab.runtime.distributed import ray_train, rendezvous
 from mnistlab.runtime.reporting import config_tree, hyperparameters, run_record
-from mnistlab.runtime.run import atomic, console, internals, launch, run_folder
+from mnistlab.runtime.run import atomic, console, folder_lock, internals, launch, run_folder
 from mnistlab.runtime.run.failures import InputError, resume_command
 from mnistlab.runtime.training import batch_hooks, signals
 from mnistlab.runtime.training.stopping import SafeStop

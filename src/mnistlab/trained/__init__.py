@@ -1,8 +1,7 @@
 """Uses of a trained model: its network rebuilt from a checkpoint as data (``loading``), a classifier of
-raw inputs from a checkpoint or an exported file (``classifier``), digits prepared and classified
-(``digits``, ``prediction``), the network exported for other runtimes (``exporting``, ``model_card``),
-served over HTTP (``serving/``), and drawn on a web page (``demo``).
+raw inputs from a checkpoint or an exported file (``classifier``), the network exported for other
+runtimes (``exporting``, ``model_card``) and served over HTTP (``serving/``).
 
-It may import ``runtime/``; never the example's code (network, module, data module) directly: a
-checkpoint names its classes, and ``loading`` builds them once they pass its checks.
+It may import ``runtime/``; never the example's code (network, module, data module, ``example/``)
+directly: a checkpoint names its classes, and ``loading`` builds them once they pass its checks.
 """

@@ -3,12 +3,12 @@ under noise, so that everything else (training, checkpoints, resume, DDP, sweeps
 before your data is here. Replace it with your ``LightningDataModule``, and ``conf/data/`` with it (its
 keys are checked against your class's arguments). What the rest of the project relies on: ``batch_size``
 is the global batch (all devices together), and the loaders shard each batch over the ranks
-(``runtime/distributed/batches.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
+(``runtime/data/in_memory.py``; a ``DataLoader`` with Lightning's distributed sampler works too)."""
 
 import torch
 from torch import Tensor
 
-from mnistlab.runtime.distributed.batches import InMemoryDataModule
+from mnistlab.runtime.data.in_memory import InMemoryDataModule
 from mnistlab.runtime.run.failures import InputError
 
 # Pixel noise against class patterns of standard deviation 1: the default train.py reaches 98.5% test

@@ -1,6 +1,6 @@
-"""What a run leaves on disk, whole or not at all: who may start in its folder (claimed by ``run/``,
-locked against a second start), checkpoints written atomically and read as data, their checks before
-torch reads them, and resume.
+"""Checkpoints: written whole or not at all (``checkpoint_io``), checked before torch reads them and read
+as data (``checkpoint_checks``), the best ones kept (``top_k``), and a run resumed from one (``resume``), and a start refused in a folder whose
+last checkpoint another launch wrote (``ownership``).
 
 It imports ``run/`` and ``config/`` of the machinery.
 """

@@ -25,8 +25,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from mnistlab.runtime.checkpointing import folder_lock
-from mnistlab.runtime.run import launch, run_folder
+from mnistlab.runtime.run import folder_lock, launch, run_folder
 from mnistlab.runtime.run.failures import InputError, refused, resume_command
 
 

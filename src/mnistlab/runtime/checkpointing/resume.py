@@ -37,11 +37,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 
-from mnistlab.runtime.checkpointing import folder_lock
 from mnistlab.runtime.checkpointing.checkpoint_checks import broken_checkpoint
 from mnistlab.runtime.config import hydra_versions, schema
 from mnistlab.runtime.config.overrides import first_value
-from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run import folder_lock, run_folder
 from mnistlab.runtime.run.failures import InputError, resume_command
 from mnistlab.runtime.run.run_folder import (
     FAILURE_FILE,

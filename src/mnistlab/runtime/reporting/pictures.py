@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from torchmetrics.classification import MulticlassConfusionMatrix
 
-from mnistlab.runtime.distributed.batches import PAD_LABEL
+from mnistlab.runtime.data.in_memory import PAD_LABEL
 
 PICTURE_LOGGERS = (TensorBoardLogger, MLFlowLogger, WandbLogger)  # the loggers that keep pictures (_send)
 log = logging.getLogger(__name__)

@@ -21,9 +21,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from mnistlab.example import digits
 from mnistlab.runtime.run import atomic
 from mnistlab.runtime.run.failures import InputError
-from mnistlab.trained import classifier, digits
+from mnistlab.trained import classifier
 
 log = logging.getLogger(__name__)
 

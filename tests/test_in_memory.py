@@ -4,7 +4,7 @@ resumable mid-epoch, exactly the batches the plain way of writing it gives."""
 import pytest
 import torch
 
-from mnistlab.runtime.distributed.batches import PAD_LABEL, InMemoryLoader, ShardedOrder
+from mnistlab.runtime.data.in_memory import PAD_LABEL, InMemoryLoader, ShardedOrder
 from mnistlab.runtime.run.failures import InputError
 
 

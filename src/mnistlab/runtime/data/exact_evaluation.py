@@ -1,6 +1,6 @@
 """Whether a DDP run's validation and test count each sample once, said where they do not.
 
-The in-memory loaders (``runtime/distributed/batches.py``) shard every global batch and pad the last one with rows that
+The in-memory loaders (``runtime/data/in_memory.py``) shard every global batch and pad the last one with rows that
 count nowhere: on any number of ranks each sample is evaluated once. A plain ``DataLoader`` gets
 Lightning's ``DistributedSampler`` instead, which repeats samples until every rank has as many; the
 epoch's metrics then count those twice. Said once per split, with how many and what to do.
@@ -39,6 +39,6 @@ class ExactEvaluation(L.Callback):
                     "The %s set's %d samples do not divide among %d ranks: Lightning's DistributedSampler repeats "
                     "%d of them, and the %s metrics count those twice. For exact numbers evaluate on one process "
                     "(python eval.py ckpt_path=<checkpoint> trainer.devices=1), or serve the data from memory "
-                    "(runtime/distributed/batches.py: InMemoryDataModule shards without repeating)",
+                    "(runtime/data/in_memory.py: InMemoryDataModule shards without repeating)",
                     *(split, count, trainer.world_size, repeated, split),
                 )
