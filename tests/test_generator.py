@@ -144,12 +144,12 @@ def test_copy_without_the_example_trains_on_placeholders(template: Path, tmp_pat
     for gone in (
         *gone_with_the_example,
         "benchmarks",
-        "notebooks",
         "tests/test_notebooks.py",
         "demo.py",
         "docs/example",
     ):
         assert not (project / gone).exists(), gone
+    assert [p.name for p in (project / "notebooks").iterdir()] == [".gitkeep"]  # for the user's notebooks
     assert "  - placeholder" in (project / "conf" / "data" / "default.yaml").read_text()
     assert (project / "docs" / "make-it-yours.md").is_file()  # the guide of a project with no example
     assert (project / "serve.py").is_file() and "decode: npy" in (project / "conf" / "serve.yaml").read_text()
@@ -225,8 +225,7 @@ def test_update_without_the_example_keeps_the_users_data_module(template: Path, 
     _generate(template, project, "-d", "project_name=Blank Lab", "-d", "example=false")
     data = project / "src" / "blank_lab" / "data.py"
     data.write_text('"""My own data module."""\n')  # the placeholder replaced, as its README asks
-    mine = project / "notebooks" / "mine.py"  # where the example keeps its notebooks
-    mine.parent.mkdir()
+    mine = project / "notebooks" / "mine.py"  # the folder kept for the user's notebooks
     mine.write_text("# my notebook\n")
     _commit(project, "my data")
 
@@ -340,8 +339,8 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
     _copier("update", cwd=project)
     package = project / "src" / "retina_lab"
     assert sorted(p.name for p in package.iterdir() if p.name != "__pycache__") == sorted(
-        ["__init__.py", "data.py", "module.py", "my_callbacks.py", "network.py", "runtime", "sweeps", "tasks.py",
-         "trained"]
+        ["__init__.py", "data.py", "example", "module.py", "my_callbacks.py", "network.py", "runtime", "sweeps",
+         "tasks.py", "trained"]
     )  # fmt: skip
     assert (package / "runtime" / "run" / "launch.py").is_file() and (package / "trained" / "loading.py").is_file()
     assert "_target_: retina_lab.runtime.reporting.profiler.NoProfiler" in trainer.read_text()

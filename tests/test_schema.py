@@ -15,7 +15,8 @@ from running import run_script
 TRAINER = "(lightning.pytorch.Trainer)"
 REFUSED = [
     (["trainer.max_epochs=abc"], f"trainer.max_epochs=abc: should be an integer or null {TRAINER}"),
-    (["model/scheduler=cosine", "trainer.max_epochs=abc"], "trainer.max_epochs=abc: should be"),  # not T_max, its copy
+    # callbacks.safe_stop.check_every_n_steps copies it, and comes first: the key given is named, not its copy
+    (["trainer.log_every_n_steps=abc"], f"trainer.log_every_n_steps=abc: should be an integer or null {TRAINER}"),
     (["trainer.max_epochs=-5"], f"trainer.max_epochs=-5: should be at least -1 {TRAINER}"),
     (["trainer.max_epochs=10.0"], f"trainer.max_epochs=10.0: should be an integer or null {TRAINER}"),
     (["trainer.precision=fp8"], "trainer.precision=fp8: should be 64 or 32 or 16 or 'transformer-engine' or "),
