@@ -17,7 +17,7 @@ from mnistlab.runtime.run import run_folder
 from mnistlab.runtime.run.failures import InputError
 
 from composing import EQUIVALENCE, SUITE
-from running import FOUR_RANK_LOGS, assert_trained_as_one_process, one_run
+from running import FOUR_RANK_LOGS, assert_one_run, assert_trained_as_one_process, one_run
 
 # The pods' network namespaces share one subnet: its tests run in one worker of a parallel run (.ci/run: --dist loadgroup).
 pytestmark = pytest.mark.xdist_group("pods")
@@ -92,11 +92,9 @@ def _start(pods: namespaces.Pods, job: list[kubeflow.Pod], volume: Path, *overri
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", MANIFESTS)
-def test_two_pods_of_two_processes_train_as_one_process_in_the_jobs_folder(
-    name: str, one_process: Path, tmp_path: Path
-) -> None:
-    job = _pods(name)
+def test_two_pods_of_a_pytorchjob_train_as_one_process_in_the_jobs_folder(one_process: Path, tmp_path: Path) -> None:
+    """The PyTorchJob's environment (PET_* for torchrun); the TrainJob's trains as one through a lost pod, below."""
+    job = _pods("pytorchjob.yaml")
     with namespaces.running([pod.names for pod in job]) as pods:
         started = _start(pods, job, tmp_path, *SUITE, *EQUIVALENCE)
         outputs = [namespaces.processes.finish(process) for process in started]
@@ -111,9 +109,10 @@ def test_two_pods_of_two_processes_train_as_one_process_in_the_jobs_folder(
 def test_a_deleted_pod_ends_the_job_in_bounded_time_and_its_restarted_pods_finish_the_run(
     one_process: Path, tmp_path: Path
 ) -> None:
-    """Rank 2 (the second pod's first process) stops at step 30, in the second epoch; the test then deletes
-    that pod. The first pod's ranks end with the resume line; the job's pods, started again as Kubernetes
-    restarts them, continue from the run's last.ckpt (step 20) and end as one process does."""
+    """A TrainJob of two pods of two processes, in the job's folder. Rank 2 (the second pod's first process)
+    stops at step 30, in the second epoch; the test then deletes that pod. The first pod's ranks end with the
+    resume line; the job's pods, started again as Kubernetes restarts them, continue from the run's last.ckpt
+    (step 20) and end as one process does, in one run folder."""
     job = _pods("trainjob.yaml")
     hang = ["+callbacks.hang._target_=faults.HangAt", "+callbacks.hang.step=30", "+callbacks.hang.rank=2"]
     with namespaces.running([pod.names for pod in job]) as pods:
@@ -132,7 +131,9 @@ def test_a_deleted_pod_ends_the_job_in_bounded_time_and_its_restarted_pods_finis
         restarted = _start(pods, job, tmp_path, *SUITE, *EQUIVALENCE, *hang)
         outputs = [namespaces.processes.finish(process) for process in restarted]
     assert [process.returncode for process in restarted] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert "Starting with 4 processes" in outputs[0]
     assert f"Resuming from {run_folder.last_checkpoint(run)}" in (run / "train.log").read_text()
+    assert_one_run(run, FOUR_RANK_LOGS)
     assert_trained_as_one_process(run, one_process)
 
 

@@ -16,7 +16,7 @@ PACKAGE = Path(mnistlab.__file__).parent
 NAME = PACKAGE.name
 # What each subpackage may import of this package besides itself; the top may import anything.
 MAY_IMPORT = {"runtime": set(), "sweeps": {"runtime"}, "trained": {"runtime"}, "example": {"runtime", "trained"}}
-OPTIONAL = {"example"}  # the MNIST example's: a project generated without it has none
+OPTIONAL = {"example"}  # the example's own: a project generated without it has none
 # runtime/'s subpackages, bottom first: each may import those before it, never one after (docs/layout.md).
 RUNTIME_LAYERS = ("run", "config", "distributed", "data", "checkpointing", "reporting", "training")
 

@@ -215,9 +215,10 @@ def _get(url: str, server) -> dict:
 
 @pytest.mark.slow
 def test_pruning_stops_both_ranks_of_a_ddp_job_in_parallel_jobs(tmp_path) -> None:
-    """Two DDP jobs of 2 ranks side by side (hydra/launcher=parallel, n_jobs=2), then the hopeless one: its
-    rank 0 asks the pruner, both ranks stop after the first epoch (a rank left training would hang on the
-    next collective, and the test with it)."""
+    """Two DDP jobs of 2 ranks side by side in a pool of worker processes (hydra/launcher=parallel, n_jobs=2),
+    then the hopeless one: its rank 0 asks the pruner, both ranks stop after the first epoch (a rank left
+    training would hang on the next collective, and the test with it). Each job's ranks are its own: both
+    ran its learning rate, into its folder alone."""
     search = [
         *PRUNES_THE_LAST,
         "hydra/launcher=parallel",
@@ -227,6 +228,13 @@ def test_pruning_stops_both_ranks_of_a_ddp_job_in_parallel_jobs(tmp_path) -> Non
     ]
     result = run_script("train.py", *search, f"paths.log_dir={tmp_path}")
     sweep = check_pruned(tmp_path, result)
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
+    for job in ("0", "1", "2"):
+        folder = sweep / job
+        assert [p.relative_to(folder).as_posix() for p in folder.rglob("config.yaml")] == [".hydra/config.yaml"]
+        (lr,) = [o for o in (folder / ".hydra" / "overrides.yaml").read_text().split() if "optimizer.lr=" in o]
+        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # the sampled lr, on both ranks
+            assert lr.removeprefix("- ") in (folder / rank_log).read_text(), (job, rank_log)
     rank_1 = (sweep / "2" / "train_ddp_process_1.log").read_text()
     assert "model.optimizer.lr=1e-07" in rank_1 and "pruned after epoch 0" not in rank_1  # rank 0 alone reports
 

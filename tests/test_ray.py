@@ -1,9 +1,9 @@
 """engine=ray (conf/engine/ray.yaml): Ray Train's workers run a run's ranks, on a real Ray cluster of this
 machine (tests/ray_cluster.py: a head and two worker nodes)."""
 
-import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,7 +20,7 @@ from mnistlab.runtime.run import run_folder
 from mnistlab.runtime.run.failures import InputError
 
 import processes
-from composing import EQUIVALENCE, SHORT, compose_config
+from composing import EQUIVALENCE, compose_config
 from running import assert_trained_as_one_process, free_port
 
 # One local Ray cluster for the module: its tests run in one worker of a parallel run (.ci/run: --dist loadgroup).
@@ -90,21 +90,6 @@ def _train(
 
 
 @pytest.mark.slow
-def test_two_ray_workers_train_as_one_process_in_one_run_folder(
-    cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
-) -> None:
-    result = _train(cluster, *EQUIVALENCE, f"paths.log_dir={tmp_path}")
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run,) = (tmp_path / "train" / "runs").iterdir()
-    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
-    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]  # one TensorBoard run
-    for rank, log in enumerate(["train.log", "train_ddp_process_1.log"]):
-        assert f"Ray Train's worker of rank {rank} of 2" in (run / log).read_text()
-    assert json.loads((run / "metrics.json").read_text())["test/acc"] > 0
-    assert_trained_as_one_process(run, one_process)
-
-
-@pytest.mark.slow
 def test_a_killed_ray_worker_stops_the_run_with_the_resume_line_and_resume_finishes_it(
     cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
 ) -> None:
@@ -135,35 +120,27 @@ def test_a_killed_ray_worker_stops_the_run_with_the_resume_line_and_resume_finis
 
 
 @pytest.mark.slow
-def test_a_sweep_of_three_jobs_runs_on_ray(cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
-    address, _ = cluster
-    sweep = ["-m", "hydra/launcher=ray", f"hydra.launcher.address={address}", "model.optimizer.lr=3e-3,1e-2,3e-2"]
-    result = _train(cluster, *sweep, *SHORT, "logger=none", f"paths.log_dir={tmp_path}", engine=False)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Launching 3 jobs on Ray" in result.stdout
-    (folder,) = (tmp_path / "train" / "multiruns").iterdir()
-    for job, lr in enumerate(["0.003", "0.01", "0.03"]):
-        assert f"model.optimizer.lr={lr}" in (folder / str(job) / ".hydra" / "overrides.yaml").read_text()
-        assert json.loads((folder / str(job) / "metrics.json").read_text())["test/acc"] > 0
-    with open(folder / "summary.csv") as table:
-        assert [row["status"] for row in csv.DictReader(table)] == ["ok", "ok", "ok"]
-
-
-@pytest.mark.slow
-def test_an_optuna_sweep_on_ray_prunes_its_hopeless_trial(cluster: tuple[str, dict[str, str]], tmp_path: Path) -> None:
+def test_an_optuna_sweep_on_ray_runs_each_job_there_and_prunes_its_hopeless_trial(
+    cluster: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    """hydra/launcher=ray: each job a Ray task of the cluster, two at a time, in its own folder of the sweep;
+    the Optuna sweeper prunes the hopeless one from the values they report, and the table ends it."""
     address, _ = cluster
     on_ray = ["hydra/launcher=ray", f"hydra.launcher.address={address}", "hydra.sweeper.n_jobs=2"]
     result = _train(cluster, *PRUNES_THE_LAST, *on_ray, f"paths.log_dir={tmp_path}", engine=False)
-    assert "on Ray" in result.stdout
-    check_pruned(tmp_path, result)
+    assert "Launching 2 jobs on Ray" in result.stdout
+    sweep = check_pruned(tmp_path, result)
+    given = [(sweep / str(job) / ".hydra" / "overrides.yaml").read_text() for job in range(3)]
+    assert sorted(re.findall(r"model\.optimizer\.lr=([\d.e-]+)", "".join(given))) == ["0.003", "0.01", "1e-07"]
 
 
 @pytest.mark.slow
 def test_with_max_failures_ray_starts_the_workers_again_and_they_resume(
     cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
 ) -> None:
-    """engine.failure_config.max_failures=1: rank 1's worker killed at step 30, Ray starts both again, and
-    they continue from the run's last.ckpt (step 20), which this launch wrote, to one process's end."""
+    """Two Ray workers train as one process does, in one run folder; with engine.failure_config.max_failures=1
+    they do so through a failure: rank 1's worker killed at step 30, Ray starts both again, and they continue
+    from the run's last.ckpt (step 20), which this launch wrote, to one process's end."""
     kill = [
         "+callbacks.kill._target_=faults.SignalAt",  # a fresh run's rank 1 only: not again once resumed
         "+callbacks.kill.step=30",
@@ -176,6 +153,11 @@ def test_with_max_failures_ray_starts_the_workers_again_and_they_resume(
     (run,) = (tmp_path / "train" / "runs").iterdir()
     last = run_folder.last_checkpoint(run)
     assert f"Resuming from {last}, this run folder's last checkpoint" in (run / "train.log").read_text()
+    assert [p.relative_to(run).as_posix() for p in run.rglob("config.yaml")] == [".hydra/config.yaml"]
+    assert [p.name for p in run.rglob("hparams.yaml")] == ["hparams.yaml"]  # one TensorBoard run
+    for rank, log in enumerate(["train.log", "train_ddp_process_1.log"]):
+        assert f"Ray Train's worker of rank {rank} of 2" in (run / log).read_text()
+    assert json.loads((run / "metrics.json").read_text())["test/acc"] > 0
     assert_trained_as_one_process(run, one_process)
 
 

@@ -63,33 +63,9 @@ def _summary(sweep: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(file))
 
 
-def test_sweep_over_ddp_jobs_in_a_pool_of_workers_gives_each_job_its_own_ranks(tmp_path: Path) -> None:
-    """hydra-joblib-launcher's workers; the basic launcher (jobs in the sweep's own process) is the Optuna test's."""
-    result = run_script(
-        "train.py",
-        "-m",
-        "hydra/launcher=joblib",
-        "strategy=ddp",
-        "trainer.devices=2",
-        "model.optimizer.lr=1e-3,3e-3",
-        *SHORT,
-        f"paths.log_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [p.name for p in (tmp_path / "train").iterdir()] == ["multiruns"]  # no second tree from the ranks
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    for job, lr in [("0", "0.001"), ("1", "0.003")]:
-        folder = sweep / job
-        assert [p.relative_to(folder).as_posix() for p in folder.rglob("config.yaml")] == [".hydra/config.yaml"]
-        for rank_log in ("train_ddp_process_0.log", "train_ddp_process_1.log"):  # both ranks ran this job's lr
-            assert f"model.optimizer.lr={lr}" in (folder / rank_log).read_text()
-        metrics = json.loads((folder / "metrics.json").read_text())
-        assert (
-            metrics["test/samples"] == 5 * SUITE_DATA["batch_size"] and (run_folder.last_checkpoint(folder)).is_file()
-        )
-
-
 def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) -> None:
+    """The basic launcher: each job's ranks started from the sweep's own process (a pool of worker processes
+    is test_optuna's pruning test)."""
     result = run_script(
         "train.py",
         "-m",
