@@ -31,7 +31,7 @@ class Run:
     metric: float | None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("compared")
     lrs = "model.optimizer.lr=1e-3,3e-2"

@@ -50,7 +50,7 @@ def _inputs(batch: Any) -> Any:
     return batch[0] if isinstance(batch, list | tuple) else batch
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
     """A short run of your task: its folder and its metrics."""
     out = tmp_path_factory.mktemp("own")

@@ -36,7 +36,7 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's package (.ci/run installs it)
 SIDE = 280  # conf/demo.yaml's canvas
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model trained for one whole epoch (97%): drawings are further from MNIST than its test digits, and
     the suite's shorter run (80%) reads a drawn loop as a 5."""

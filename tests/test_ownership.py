@@ -109,7 +109,7 @@ def test_a_sweep_starts_only_in_a_free_folder_unless_it_resumes_it(tmp_path: Pat
     OwnFolder().on_multirun_start(config)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
 def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of train.py that trained 2 of its 3 epochs, then stopped (its metrics.json never written)."""
     log_dir = tmp_path_factory.mktemp("log")

@@ -70,7 +70,9 @@ def test_an_unreachable_ray_address_is_refused_in_one_line_within_its_timeout(tm
     assert time.monotonic() - started < 10
 
 
-@pytest.fixture(scope="module")
+# The session's: a worker of a parallel run interleaves other modules' tests with these, and pytest ends a
+# module's fixtures whenever the next test is another module's (a second cluster cost 40 s).
+@pytest.fixture(scope="session")
 def cluster() -> Iterator[tuple[str, dict[str, str]]]:
     with ray_cluster.cluster(workers=2) as running:
         yield running

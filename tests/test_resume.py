@@ -227,7 +227,7 @@ def test_a_resumed_cosine_schedule_follows_the_new_number_of_epochs(tmp_path: Pa
     assert _last(tmp_path)["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
 def first_epoch_on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return train_like_one_process(
         tmp_path_factory.mktemp("two"), "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2"

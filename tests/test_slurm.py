@@ -44,9 +44,9 @@ RUN = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not the module's: see test_ray.cluster
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A private SLURM cluster for this module: the environment its clients (sbatch, scontrol) need."""
+    """A private SLURM cluster for this module's tests: the environment its clients (sbatch, scontrol) need."""
     missing = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
     if missing or os.geteuid() != 0:
         pytest.skip(
@@ -126,7 +126,7 @@ def _finished(env: dict[str, str], job: str, out: Path) -> dict[str, str]:
     return state
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def uninterrupted(slurm: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("uninterrupted")
     job = _sbatch(slurm, out, *RUN)

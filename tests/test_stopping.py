@@ -26,7 +26,7 @@ RUN = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
     out = tmp_path_factory.mktemp("uninterrupted")
     return out, train(compose_config("train", out, RUN))
