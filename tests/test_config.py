@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy, SingleDeviceStrategy
 from omegaconf import OmegaConf
@@ -43,7 +44,18 @@ def options(group: str) -> list[str]:
 @pytest.mark.parametrize("entry", ["train", "eval"])
 def test_every_option_composes_resolves_and_fits_the_schema(entry: str, group: str, option: str, tmp_path) -> None:
     extra = ["ckpt_path=some.ckpt"] if entry == "eval" else []
-    cfg = compose_config(entry, tmp_path, [f"{group}={option}", *extra], task=OWN if group in USERS else SUITE)
+    try:
+        cfg = compose_config(entry, tmp_path, [f"{group}={option}", *extra], task=OWN if group in USERS else SUITE)
+    except ConfigCompositionException as err:
+        if "/" in group and f"Could not override '{group}'. No match in the defaults list" in str(err):
+            parent, _, sub = group.rpartition("/")  # model/scheduler: a group of your model config's defaults
+            pytest.fail(
+                f"conf/{group}/{option}.yaml is an option of {parent} configs with a '{sub}' default, and your "
+                f"{parent} config has none: remove conf/{group}/ if your {parent} takes no {sub}, or list "
+                f"'- {sub}: null' in its defaults (docs/make-it-yours.md)",
+                pytrace=False,
+            )
+        raise
     resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
     assert resolved["trainer"]["max_epochs"] >= 1
     schema.check(cfg, schema.TrainConfig if entry == "train" else schema.EvalConfig)

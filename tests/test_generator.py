@@ -407,6 +407,20 @@ def test_a_project_whose_example_is_replaced_passes_its_fast_tier_and_contract(
         assert not re.search(r"failed|skipped|error", summary), summary
     if variant == "regression":
         _trains_resumes_and_sweeps_on_the_loss(project, env, tmp_path / "outputs")
+        _a_scheduler_left_behind_is_named_in_one_line(project, env)
+
+
+def _a_scheduler_left_behind_is_named_in_one_line(project: Path, env: dict[str, str]) -> None:
+    """The template's scheduler options, kept by a user whose model takes none (the guide's rm skipped):
+    the fast tier's test of every option names the folder to remove, in one line, not Hydra's error."""
+    (project / "conf" / "model" / "scheduler").mkdir()
+    shutil.copy(ROOT / "conf" / "model" / "scheduler" / "cosine.yaml", project / "conf" / "model" / "scheduler")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_config.py", "-k", "cosine"]
+    result = processes.run(command, cwd=project, env=env, timeout=300)
+    assert result.returncode == 1
+    said = "conf/model/scheduler/cosine.yaml is an option of model configs with a 'scheduler' default, and your model"
+    assert result.stdout.count(said) == 2, result.stdout[-3000:]  # train's and eval's
+    assert "Traceback" not in result.stdout and "No match in the defaults list" not in result.stdout
 
 
 def _trains_resumes_and_sweeps_on_the_loss(project: Path, env: dict[str, str], out: Path) -> None:

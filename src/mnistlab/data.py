@@ -31,6 +31,8 @@ class MNISTDataModule(InMemoryDataModule):
     """Train/val split out of the 60,000 training images (seeded, the same on every rank and run);
     the official 10,000 test images as the test set."""
 
+    input_name = "images"  # what an exported model calls its input (ONNX's input name; the model card's)
+
     def __init__(
         self,
         data_dir: str,
