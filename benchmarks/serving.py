@@ -4,7 +4,7 @@
 
 The same MNIST test digits, as PNG files, classified two ways in one run: by ``serve.py`` (one image per
 ``POST /predict``, sent by 1, 8 and 32 concurrent clients on keep-alive connections; then JSON batches of
-32) and in this process by the same code without HTTP (``digits.decode`` then ``TrainedClassifier.probabilities``
+32) and in this process by the same code without HTTP (``digits.decode`` then ``TrainedModel.probabilities``
 on batches of the server's ``max_batch_size``: the most an in-process caller gets). For each number of
 clients: images a second, and the median (p50) and 99th-percentile (p99) latency of a request; then the
 server's throughput at the most clients as a fraction of in-process. Target: at least 0.6 at 32 clients.
@@ -55,9 +55,9 @@ def test_images(count: int) -> list[bytes]:
 def in_process(model: Path, bodies: list[bytes], repeats: int) -> float:
     """Images a second classified here, without HTTP: decoded and prepared, then in batches of BATCH."""
     from mnistlab.example import digits
-    from mnistlab.trained import classifier
+    from mnistlab.trained import inference
 
-    net = classifier.load(model, "cpu", os.environ.get("DATA_DIR", str(ROOT / "data")))
+    net = inference.load(model, "cpu", os.environ.get("DATA_DIR", str(ROOT / "data")))
 
     def once() -> float:
         start = time.perf_counter()

@@ -4,6 +4,7 @@ free ports, short trainings; and what they compare of the runs (one folder, the 
 import itertools
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,7 @@ from mnistlab.runtime.run import run_folder
 
 import processes
 import suite_task
-from composing import DATA_DIR, EQUIVALENCE, SHORT, SUITE, compose_config
+from composing import DATA_DIR, EQUIVALENCE, ROOT, SHORT, SUITE, compose_config
 
 
 def last_checkpoint(run: Path) -> dict:
@@ -127,13 +128,22 @@ def trained(out: Path, task: Sequence[str]) -> Path:
 
 
 @contextmanager
-def serving(out: Path, *overrides: str, script: str = "serve.py", ready: str = "/health") -> Iterator[str]:
-    """A server entry point (serve.py, demo.py) running on a free local port, as a user starts it; yields
-    its address once ``ready`` answers 200, and ends its process group after."""
+def serving(
+    out: Path,
+    *overrides: str,
+    script: str = "serve.py",
+    ready: str = "/health",
+    project: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """A server entry point (serve.py, demo.py) running on a free local port, as a user starts it (of
+    ``project``, a generated one, where given); yields its address once ``ready`` answers 200, and ends its
+    process group after."""
     port = free_port()
-    command = processes.python(script, f"port={port}", f"paths.data_dir={DATA_DIR}", f"hydra.run.dir={out}", *overrides)
+    arguments = [f"port={port}", f"paths.data_dir={DATA_DIR}", f"hydra.run.dir={out}", *overrides]
+    command = processes.python(script, *arguments) if project is None else [sys.executable, script, *arguments]
     with open(out.parent / f"{out.name}.log", "w") as log:
-        server = processes.start(command, output=log)
+        server = processes.start(command, output=log, cwd=project or ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
 
     def tail() -> str:

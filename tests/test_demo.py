@@ -20,7 +20,7 @@ from mnistlab.example import digits
 from mnistlab.example.demo import page, reader
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run import run_folder
-from mnistlab.trained import classifier
+from mnistlab.trained import inference
 
 import composing
 import running
@@ -63,7 +63,7 @@ def _drawn(shape: str) -> np.ndarray:
 
 
 def test_a_drawing_is_read_as_predict_reads_its_image(checkpoint: Path) -> None:
-    model = classifier.load(checkpoint, data_dir=DATA_DIR)
+    model = inference.load(checkpoint, data_dir=DATA_DIR)
     read = reader(model, lambda body: digits.decode(body, max_pixels=10**6))
     for shape, label in (("bar", 1), ("loop", 0)):
         drawing = _drawn(shape)
@@ -142,7 +142,7 @@ def _drawn_and_read(tab: Page, url: str, points: list[tuple[float, float]], expe
 def test_digits_drawn_in_chromium_are_read_live_and_the_page_stays_offline(checkpoint, tmp_path) -> None:
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"needs Chromium at {CHROMIUM}: apt-get install chromium (Debian's package)")
-    names = classifier.load(checkpoint, data_dir=DATA_DIR).classes
+    names = inference.load(checkpoint, data_dir=DATA_DIR).classes
     bar = [(0.5, 0.15 + 0.7 * k / 20) for k in range(21)]
     loop = [(0.5 + 0.22 * math.cos(t), 0.5 + 0.33 * math.sin(t)) for t in np.linspace(0, 2 * math.pi, 41)]
     with serving(tmp_path / "demo", f"ckpt_path={checkpoint}", script="demo.py", ready="/") as url:
@@ -165,7 +165,7 @@ def test_the_page_answers_gradio_client_as_predict_reads_the_image(checkpoint, t
     from gradio_client import Client, handle_file
 
     test = MNIST(DATA_DIR, train=False)
-    model = classifier.load(checkpoint, data_dir=DATA_DIR)
+    model = inference.load(checkpoint, data_dir=DATA_DIR)
     with serving(tmp_path / "demo", f"ckpt_path={checkpoint}", script="demo.py", ready="/") as url:
         client = Client(url, verbose=False)
         for index in range(4):  # MNIST's test digits, dark on light and 3 times larger, as a drawing is

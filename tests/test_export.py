@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.reporting import provenance
-from mnistlab.trained import classifier, exporting, loading, model_card
+from mnistlab.trained import exporting, inference, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
 
 import processes
@@ -61,7 +61,7 @@ def test_the_exported_network_runs_alone_predicts_as_the_checkpoint_and_says_wha
     assert {key: card[key] for key in model_card.preprocessing(saved)} == model_card.preprocessing(saved)
     datamodule = loading.datamodule(saved, TRUSTED, data_dir=DATA_DIR)
     assert card["input_format"] == getattr(datamodule, "input_format", model_card.GENERIC_INPUT)
-    named = classifier.load(trained_checkpoint, data_dir=DATA_DIR, trusted=TRUSTED).classes  # [] when unnamed
+    named = inference.load(trained_checkpoint, data_dir=DATA_DIR, trusted=TRUSTED).classes  # [] when unnamed
     assert card["task"] == "classification" and card["outputs"] == [
         {"name": "logits", "shape": ["N", len(card["classes"])], "dtype": "float32"}
     ]

@@ -12,13 +12,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import numpy as np
+import onnxruntime
+import openapi_spec_validator
 import pytest
 import yaml
 
 from mnistlab.runtime.run import run_folder
+from mnistlab.trained import model_card
 
 import processes
-from composing import ROOT, locked_versions
+from composing import ROOT, SHORT, locked_versions
+from running import serving
 
 pytestmark = pytest.mark.slow  # copier, git and the rendered project run as processes
 
@@ -406,8 +412,13 @@ def test_a_project_whose_example_is_replaced_passes_its_fast_tier_and_contract(
         (summary,) = re.findall(r"(?m)^\d+ passed.*$", result.stdout)  # pytest -q's last line
         assert not re.search(r"failed|skipped|error", summary), summary
     if variant == "regression":
-        _trains_resumes_and_sweeps_on_the_loss(project, env, tmp_path / "outputs")
+        run = _trains_resumes_and_sweeps_on_the_loss(project, env, tmp_path / "outputs")
         _a_scheduler_left_behind_is_named_in_one_line(project, env)
+    else:
+        run = tmp_path / "outputs" / "run"
+        trained = processes.run([sys.executable, "train.py", *SHORT, f"hydra.run.dir={run}"], cwd=project, env=env)
+        assert trained.returncode == 0, trained.stderr[-3000:]
+    _evaluates_exports_and_serves_its_best_checkpoint(project, env, run, tmp_path / "after")
 
 
 def _a_scheduler_left_behind_is_named_in_one_line(project: Path, env: dict[str, str]) -> None:
@@ -442,6 +453,44 @@ def _trains_resumes_and_sweeps_on_the_loss(project: Path, env: dict[str, str], o
     losses = {job: json.loads((sweep / job / "metrics.json").read_text())["val/loss_best"] for job in ("0", "1")}
     best = min(losses, key=losses.get)
     assert f"Best: job {best}, val/loss_best={losses[best]:.6g}" in results[2].stdout
+    return run
+
+
+def _evaluates_exports_and_serves_its_best_checkpoint(project: Path, env: dict[str, str], run: Path, out: Path) -> None:
+    """What follows training, on the user's task: eval.py tests the best checkpoint; export.py writes it in
+    every format (each checked against the checkpoint by export.py itself); serve.py answers a JSON batch of
+    the card's input shape with what the exported ONNX file computes, as its card says (class
+    probabilities, or values)."""
+    (best,) = [p for p in run_folder.checkpoints(run).glob("*.ckpt") if p != run_folder.last_checkpoint(run)]
+    tested = processes.run(
+        [sys.executable, "eval.py", f"ckpt_path={best}", f"paths.log_dir={out}"], cwd=project, env=env
+    )
+    assert tested.returncode == 0 and "test/" in tested.stdout, tested.stderr[-3000:]
+    formats = "format=onnx,export,safetensors,torchscript"
+    command = [sys.executable, "export.py", "-m", formats, f"ckpt_path={best}", f"paths.log_dir={out}"]
+    exported = processes.run(command, cwd=project, env=env, timeout=600)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    (sweep,) = (out / "export" / "multiruns").iterdir()
+    files = sorted(p.name for p in sweep.glob("*/model.*"))
+    assert files == ["model.json", "model.onnx", "model.pt", "model.pt2", "model.safetensors"], files
+    onnx = next(sweep.glob("*/model.onnx"))
+    card = model_card.read(onnx)
+    inputs = np.random.default_rng(0).random((3, *card["input_shape"][1:]), dtype=np.float32)
+    normalised = (inputs / card["scale"] - card["mean"]) / card["std"] if "mean" in card else inputs
+    session = onnxruntime.InferenceSession(onnx)
+    expected = session.run(None, {card["input_name"]: normalised.astype(np.float32)})[0]
+    with serving(out / "serve", f"ckpt_path={best}", "decode=npy", "devices=1", project=project, env=env) as url:
+        answer = httpx.post(f"{url}/predict", json={"inputs": inputs.tolist()}, timeout=60)
+        document = httpx.get(f"{url}/openapi.json", timeout=60).json()
+    assert answer.status_code == 200, answer.text
+    predictions = answer.json()["predictions"]
+    if card["task"] == "classification":
+        probabilities = np.exp(expected) / np.exp(expected).sum(1, keepdims=True)
+        assert [p["class"] for p in predictions] == expected.argmax(1).tolist()
+        np.testing.assert_allclose([p["probabilities"] for p in predictions], probabilities, atol=1e-4)
+    else:
+        np.testing.assert_allclose([p["values"] for p in predictions], expected, atol=1e-4)
+    openapi_spec_validator.validate(document)
 
 
 def torch_epoch(checkpoint: Path) -> int:

@@ -6,6 +6,7 @@ the test set's inputs before normalisation; the example's own input, images, has
 
 import base64
 import io
+import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -13,17 +14,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
+import jsonschema
 import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run.failures import InputError
-from mnistlab.trained import classifier, loading, model_card
+from mnistlab.trained import exporting, inference, loading, model_card
 from mnistlab.trained.exporting import export, sample_inputs
-from mnistlab.trained.serving import http_api
+from mnistlab.trained.serving import arrays, http_api, openapi
 
 import onnx_models
 from composing import DATA_DIR, ROOT, TRUST_SUITE, TRUSTED
@@ -87,10 +90,12 @@ BAD = [  # body, content type, status, the reason's words
     (b"", "application/octet-stream", 400, "the body is empty"),
     (b"not an array", "application/octet-stream", 400, "not a .npy array of numbers"),
     (b'{"images": [', "application/json", 400, "the body is not valid JSON"),
-    (b'{"pictures": []}', "application/json", 400, 'the JSON must be {"image": <base64>}'),
+    (b'{"pictures": []}', "application/json", 400, 'the JSON must be {"input": <array>}, {"inputs": [<array>,'),
+    (b'{"inputs": [[1, 2], [3]]}', "application/json", 400, "an input is not an array of numbers"),
+    (b'{"input": [1, 2, 3]}', "application/json", 400, "the network cannot take an input of shape (3): "),
     (b'{"images": ["%%%"]}', "application/json", 400, "not valid base64"),
     (b'{"images": [1, 2]}', "application/json", 400, '"images" must be a list of base64 strings'),
-    (_batch([b"x"] * 9), "application/json", 400, "9 images in one request, over max_images=8"),
+    (_batch([b"x"] * 9), "application/json", 400, "9 inputs in one request, over max_inputs=8"),
     (_npy(np.zeros((3, 5), np.float32)), "application/octet-stream", 400, "the network cannot take an input of shape"),
     (_npy(np.array(["a"])), "application/octet-stream", 400, "not a .npy array of numbers"),
     (b"[" * 90_000 + b"]" * 90_000, "application/json", 400, "the JSON is nested too deep"),
@@ -101,7 +106,7 @@ BAD = [  # body, content type, status, the reason's words
 @pytest.mark.slow
 def test_each_bad_request_gets_its_reason_alone_and_the_server_goes_on(trained_checkpoint, tmp_path) -> None:
     bodies, expected = _raw_inputs(trained_checkpoint)
-    overrides = ["decode=npy", "max_images=8", "max_body_bytes=200_000", "batch_timeout=0.2", "devices=1"]
+    overrides = ["decode=npy", "max_inputs=8", "max_body_bytes=200_000", "batch_timeout=0.2", "devices=1"]
     with serving(tmp_path / "serve", f"ckpt_path={trained_checkpoint}", TRUST_SUITE, *overrides) as url:
         for body, content_type, status, reason in BAD:
             answer = _post(url, body, content_type)
@@ -142,15 +147,15 @@ def test_an_onnx_model_that_would_be_run_wrong_is_refused_in_one_line(shape, car
     batched request would fail. Both refused as the model loads, before a server says it is healthy."""
     model = onnx_models.flattening(tmp_path / "model.onnx", shape, card)
     with pytest.raises(InputError, match=re.escape(f"{model} {message}")):
-        classifier.load(model)
+        inference.load(model)
 
 
 def test_an_input_the_onnx_model_does_not_take_is_refused_naming_both_shapes(tmp_path) -> None:
-    model = classifier.load(onnx_models.flattening(tmp_path / "model.onnx", ["N", 3, "H", "W"]))
+    model = inference.load(onnx_models.flattening(tmp_path / "model.onnx", ["N", 3, "H", "W"]))
     assert model.probabilities(np.zeros((2, 3, 5, 7), np.float32)).shape == (2, 105)  # any H, W
     with pytest.raises(InputError, match=re.escape("an input of shape (1, 28, 28): the model takes (3, any, any)")):
         model.probabilities(np.zeros((2, 1, 28, 28), np.float32))
-    answers = http_api.classify(model, lambda body: np.zeros((1, 28, 28), np.float32), [b"x"])  # the server's 400
+    answers = http_api.predict_each(model, lambda body: np.zeros((1, 28, 28), np.float32), [b"x"])  # the server's 400
     assert answers == ["an input of shape (1, 28, 28): the model takes (3, any, any)"]
 
 
@@ -158,5 +163,68 @@ def test_json_nested_deeper_than_the_parser_goes_is_refused_in_one_line() -> Non
     """[[[[...]]]] 200,000 deep: Python's parser runs out of stack (RecursionError): a 400, not a 500."""
     request = SimpleNamespace(headers={"content-type": "application/json"})
     with pytest.raises(http_api.Refused) as refused:
-        http_api._bodies(b"[" * 200_000 + b"]" * 200_000, request, max_images=8)
+        http_api._items(b"[" * 200_000 + b"]" * 200_000, request, max_inputs=8)
     assert refused.value.status == 400 and str(refused.value).startswith("the JSON is nested too deep: ")
+
+
+class Regression(torch.nn.Module):  # 4 numbers in, one value out per sample: no classes anywhere
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+def test_a_regression_answers_values_for_json_arrays_and_its_openapi_document_says_so(tmp_path) -> None:
+    """A JSON array of the input's shape, one or a batch, for a model of values (an exported regression):
+    its values come back, as the network computes them; the OpenAPI document is valid and describes what
+    the server answers; a wrong shape names both shapes."""
+    from openapi_spec_validator import validate
+    from starlette.testclient import TestClient
+
+    torch.manual_seed(0)
+    net, inputs = Regression().eval(), torch.randn(5, 4)
+    checkpoint = {"config": {"model": {"net": {"_target_": "tests.Regression"}}, "data": {}}}
+    card = model_card.describe(checkpoint, net, None, inputs)
+    exporting.WRITERS["onnx"](net, inputs, tmp_path / "model.onnx", card)
+    model = inference.load(tmp_path / "model.onnx")
+    cfg = OmegaConf.create({"max_batch_size": 8, "batch_timeout": 0.0, "max_inputs": 8, "max_body_bytes": 10_000,
+                            "timeout": 30, "decode": {"_target_": "mnistlab.trained.serving.arrays.decode"}})  # fmt: skip
+    api = http_api.app(model, lambda body: arrays.decode(body, 100), cfg, {"model": {}})
+    with torch.inference_mode():
+        expected = net(inputs)[:, 0].tolist()
+    with TestClient(api) as client:  # the real ASGI app, over httpx
+        one = client.post("/predict", json={"input": inputs[0].tolist()})
+        batch = client.post("/predict", json={"inputs": inputs.tolist()})
+        npy = client.post("/predict", content=_npy(inputs[1].numpy()))
+        wrong = client.post("/predict", json={"input": [1.0, 2.0, 3.0]})
+        document = client.get("/openapi.json").json()
+    assert one.status_code == 200 and one.json()["values"] == pytest.approx([expected[0]], abs=1e-5)
+    assert [p["values"][0] for p in batch.json()["predictions"]] == pytest.approx(expected, abs=1e-5)
+    assert npy.json()["values"] == pytest.approx([expected[1]], abs=1e-5)
+    assert (wrong.status_code, wrong.json()["detail"]) == (400, "an input of shape (3): the model takes (4)")
+    validate(document)  # OpenAPI 3.1, as the specification's schema says
+    post = document["paths"]["/predict"]["post"]
+    schemas = {"components": document["components"]}
+    answer = {**schemas, **post["responses"]["200"]["content"]["application/json"]["schema"]}
+    jsonschema.validate(one.json(), answer)
+    jsonschema.validate(batch.json(), answer)
+    jsonschema.validate(wrong.json(), {**schemas, "$ref": "#/components/schemas/Refusal"})
+    request = {**schemas, **post["requestBody"]["content"]["application/json"]["schema"]}
+    jsonschema.validate({"inputs": inputs.tolist()}, request)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"pictures": []}, request)
+    assert "of shape (4)" in json.dumps(request)
+
+
+def test_a_classifiers_openapi_document_names_its_classes(tmp_path) -> None:
+    model = inference.load(onnx_models.flattening(tmp_path / "model.onnx", ["N", 2]))
+    cfg = OmegaConf.create({"max_inputs": 8, "max_body_bytes": 10, "timeout": 1, "decode": {"_target_": "x"}})
+    document = openapi.document(model, cfg, {})
+    answer = document["components"]["schemas"]["Answer"]
+    assert answer["properties"]["name"]["enum"] == ["a", "b"] and answer["required"] == [
+        "class",
+        "name",
+        "probabilities",
+    ]

@@ -12,7 +12,7 @@ from PIL import Image
 from torchvision.datasets import MNIST
 
 from mnistlab.example import digits
-from mnistlab.trained import classifier
+from mnistlab.trained import inference
 
 import onnx_models
 from composing import DATA_DIR
@@ -30,7 +30,7 @@ def _png(pixels: np.ndarray, scale: int, dark_on_light: bool) -> bytes:
 def test_digit_images_are_classified_as_predict_classifies_them_and_bad_ones_get_400(trained_example, tmp_path):
     test = MNIST(DATA_DIR, train=False)
     images = [_png(test.data[i].numpy(), 1 + i % 3, i % 2 == 1) for i in range(24)]
-    model = classifier.load(trained_example, data_dir=DATA_DIR)  # as predict.py loads it
+    model = inference.load(trained_example, data_dir=DATA_DIR)  # as predict.py loads it
     prepared = np.stack([digits.decode(image, max_pixels=10**6) for image in images])
     expected = model.probabilities(prepared).argmax(1).tolist()
     assert np.mean(np.array(expected) == test.targets[:24].numpy()) > 0.8  # a trained model reads them

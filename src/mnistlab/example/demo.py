@@ -18,7 +18,7 @@ from PIL import Image
 
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run.failures import InputError
-from mnistlab.trained import classifier
+from mnistlab.trained import inference
 
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # read when gradio is imported: no usage reports, no version check
 import gradio  # after the line above
@@ -26,7 +26,7 @@ import gradio  # after the line above
 log = logging.getLogger(__name__)
 
 
-def reader(model: classifier.TrainedClassifier, decode: Callable[[bytes], np.ndarray]) -> Callable[[Any], dict | None]:
+def reader(model: inference.TrainedModel, decode: Callable[[bytes], np.ndarray]) -> Callable[[Any], dict | None]:
     """The page's function: a drawing (the sketchpad's value) -> the probability of each class by name,
     or None while the canvas is blank."""
 
@@ -60,7 +60,7 @@ def _flattened(drawing: dict[str, Any] | None) -> Image.Image | None:
 
 def page(cfg: DictConfig) -> gradio.Blocks:
     """The demo's page for ``cfg`` (conf/demo.yaml): a sketchpad, the top classes beside it."""
-    model = classifier.load(
+    model = inference.load(
         cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules
     )  # one drawing at a time: the CPU is enough
     pen = gradio.Brush(default_size=cfg.brush, colors=["#000000"], color_mode="fixed")

@@ -2,7 +2,7 @@
 
 Each image is prepared as MNIST's were (``digits.py``), normalised as the network was trained
 (its checkpoint's ``data.mean``/``data.std``, or an ONNX file's card), and classified in batches
-(``classifier.py``), on the GPU when there is one. The result is a CSV (file, predicted class, the probability of each class) and a summary line.
+(``trained/inference.py``), on the GPU when there is one. The result is a CSV (file, predicted class, the probability of each class) and a summary line.
 
 Images are data from anyone: one that cannot be read (not an image, cut short, over ``max_pixels``)
 is skipped with a warning and named in the summary, and the others are classified. The output is
@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from mnistlab.example import digits
 from mnistlab.runtime.run import atomic
 from mnistlab.runtime.run.failures import InputError
-from mnistlab.trained import classifier
+from mnistlab.trained import inference
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def predict(cfg: DictConfig) -> list[dict[str, object]]:
     output = _check_output(Path(cfg.output), cfg.overwrite)
     device = _device(cfg.device)
-    model = classifier.load(cfg.ckpt_path, device.type, cfg.paths.data_dir, cfg.trusted_modules)
+    model = inference.load(cfg.ckpt_path, device.type, cfg.paths.data_dir, cfg.trusted_modules)
     model.expect(digits.SHAPE, "predict.py's digit images")
     files = digits.find(Path(cfg.input))
     rows: list[dict[str, object]] = []

@@ -150,7 +150,7 @@ class ServeConfig(Node):
     workers_per_device: Positive
     max_batch_size: Positive
     batch_timeout: Annotated[float, Field(ge=0)]
-    max_images: Positive
+    max_inputs: Positive
     max_body_bytes: Positive
     timeout: PositiveFloat | int
     decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments

@@ -39,16 +39,16 @@ class Placed(NamedTuple):
 
 
 def serve(cfg: DictConfig) -> None:
-    from mnistlab.trained import classifier
+    from mnistlab.trained import inference
 
     decode = hydra_versions.plain_partial(cfg.decode)  # a bad decode config fails here, in one line
-    probe = classifier.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules)  # so does a bad model file
+    probe = inference.load(cfg.ckpt_path, "cpu", cfg.paths.data_dir, cfg.trusted_modules)  # so does a bad model file
     if shape := getattr(sys.modules[decode.func.__module__], "SHAPE", None):  # a decoder of one shape says which
         probe.expect(shape, f"decode ({cfg.decode._target_})")  # refused now, not with a 400 on every request
     devices = placement(cfg.accelerator, cfg.devices, cfg.workers_per_device)
     threads = max(1, len(os.sched_getaffinity(0)) // len(devices))  # torch's, per process: no oversubscription
     info = {
-        "model": {"classes": probe.classes, "model": str(cfg.ckpt_path)},
+        "model": {"task": probe.card["task"], "classes": probe.classes, "model": str(cfg.ckpt_path)},
         "server": {
             "devices": devices,
             "torch_threads": threads,
@@ -152,13 +152,13 @@ def _process(settings: dict, device: str, threads: int, info: dict) -> None:
     import torch
     import uvicorn
 
-    from mnistlab.trained import classifier
+    from mnistlab.trained import inference
     from mnistlab.trained.serving import http_api
 
     torch.set_num_threads(threads)
     logging.getLogger("mnistlab").setLevel(logging.ERROR)  # what loading the model warns, this process's parent said
     cfg = OmegaConf.create(settings)
-    net = classifier.load(cfg.ckpt_path, device, cfg.paths.data_dir, cfg.trusted_modules)
+    net = inference.load(cfg.ckpt_path, device, cfg.paths.data_dir, cfg.trusted_modules)
     decode = hydra_versions.plain_partial(cfg.decode)
     api = http_api.app(net, decode, cfg, info)
     config = uvicorn.Config(api, access_log=False, log_level="warning", timeout_graceful_shutdown=cfg.timeout)
