@@ -48,9 +48,14 @@ def test_a_run_records_its_code_versions_machine_and_data(run: Path) -> None:
     if record["diff_sha256"]:  # a dirty tree: the diff beside the record, under its hash
         diff = (run / "run_info.diff").read_text()
         assert hashlib.sha256(diff.encode()).hexdigest() == record["diff_sha256"]
+    served = instantiate(compose_config("train", run).data)
+    served.prepare_data()
+    served.setup("fit")
+    first = next(iter(served.train_dataloader()))[0]  # one input of the network, as the data module serves it
     for checkpoint in run_folder.checkpoints(run).glob("*.ckpt"):
-        saved = load_checkpoint(checkpoint)["run_info"]
-        assert saved == {key: record[key] for key in run_record.ESSENTIALS}
+        saved = load_checkpoint(checkpoint)
+        assert saved["run_info"] == {key: record[key] for key in run_record.ESSENTIALS}
+        assert saved["input"] == {"shape": list(first.shape[1:]), "dtype": str(first.dtype).removeprefix("torch.")}
 
 
 def test_checksums_are_computed_once_per_file_while_it_stays_the_same(tmp_path: Path, cache: Path) -> None:

@@ -117,7 +117,8 @@ def load(
         names = model_card.output_names(result, model_card.classes_of(datamodule, checkpoint, outputs) is not None)
         return {name: output.cpu().numpy() for name, output in zip(names, outputs, strict=True)}
 
-    return TrainedModel(run, card, device)
+    shape = checkpoint.get(run_record.INPUT_KEY, {}).get("shape")  # a checkpoint of before it was recorded: none
+    return TrainedModel(run, card, device, tuple(shape) if isinstance(shape, list) else None)
 
 
 def _numbered(net: dict[str, Any]) -> list[str] | None:

@@ -7,7 +7,9 @@ packages, the OS, CPU and GPU model and count, nodes x devices, the seed, the da
 reads with their SHA-256 (cached by path, size and modification time: computed once per file), the start
 time; then the end time and how the run ended. Each checkpoint carries the essentials (``run_info``:
 commit, diff hash, versions, data), which ``differences`` compares with the present code and data for
-the entry points that read a checkpoint (``eval.py``, ``predict.py``, ``resume=``): one warning line.
+the entry points that read a checkpoint (``eval.py``, ``predict.py``, ``resume=``): one warning line;
+and what one input of the network was (``input``: its shape and dtype, from the first training batch),
+so that the server refuses an input of another shape naming both, without the data at hand.
 """
 
 import hashlib
@@ -33,12 +35,14 @@ log = logging.getLogger(__name__)
 PACKAGES = ["lightning", "torchmetrics", "hydra-core", "omegaconf", "numpy", provenance.PACKAGE]
 CHECKPOINT_KEY = "run_info"  # the essentials, in each checkpoint
 ESSENTIALS = ["commit", "diff_sha256", "versions", "data"]
+INPUT_KEY = "input"  # one input of the network, in each checkpoint: {"shape": [...], "dtype": "float32"}
 
 
 class RunRecord(L.Callback):
     def __init__(self, folder: str, seed: int | None = None) -> None:
         self.folder, self.seed = Path(folder), seed
         self.record: dict[str, Any] = {}
+        self.input: dict[str, Any] | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self.record:  # every rank: each checkpoint carries the same essentials
@@ -47,8 +51,19 @@ class RunRecord(L.Callback):
             if self.record["diff_sha256"] and trainer.is_global_zero:
                 atomic.write_text(self.folder / run_folder.RECORD_DIFF_FILE, provenance.diff())
 
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, index: int) -> None:
+        if self.input is None:  # once: every batch of a run has the same inputs
+            inputs = batch[0] if isinstance(batch, list | tuple) else batch
+            if isinstance(inputs, torch.Tensor):
+                self.input = {"shape": list(inputs.shape[1:]), "dtype": str(inputs.dtype).removeprefix("torch.")}
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint[CHECKPOINT_KEY] = {key: self.record.get(key) for key in ESSENTIALS}
+        if self.input is not None:
+            checkpoint[INPUT_KEY] = self.input
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self.input = checkpoint.get(INPUT_KEY, self.input)  # a resumed run's checkpoints keep saying it
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._write(status=f"failed: {type(exception).__name__}: {exception}".splitlines()[0])
