@@ -173,19 +173,7 @@ OPTION_RUNS = {
         lambda run: _net(run)["global_step"] == 4 and _metrics(run)["test/samples"] == 2 * BATCH,
         SUITE,
     ),
-    # The example's own options (experiment/, model/scheduler/, the example module's compile):
-    "experiment=cosine_wide": (
-        [*FEW_BATCHES, "trainer.max_epochs=1"],
-        lambda run: _net(run)["state_dict"]["net.layers.0.weight"].shape == (512, 784),
-        OWN,
-    ),
-    "model.compile=true": (["debug=fdr"], lambda run: _metrics(run)["test/samples"] == 64, OWN),
-    "model/scheduler=plateau": (
-        [*FEW_BATCHES, "trainer.max_epochs=2"],
-        lambda run: _net(run)["lr_schedulers"][0]["patience"] == 1,
-        OWN,
-    ),
-}
+}  # the example's own options (experiment/, model/scheduler/, its module's compile): tests/test_model.py
 
 
 @pytest.mark.slow

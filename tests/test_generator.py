@@ -426,11 +426,13 @@ def _a_scheduler_left_behind_is_named_in_one_line(project: Path, env: dict[str, 
     the fast tier's test of every option names the folder to remove, in one line, not Hydra's error."""
     (project / "conf" / "model" / "scheduler").mkdir()
     shutil.copy(ROOT / "conf" / "model" / "scheduler" / "cosine.yaml", project / "conf" / "model" / "scheduler")
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_config.py", "-k", "cosine"]
+    test = "tests/test_config.py::test_every_option_composes_resolves_and_fits_the_schema"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test, "-k", "cosine"]
     result = processes.run(command, cwd=project, env=env, timeout=300)
-    assert result.returncode == 1
+    assert result.returncode == 1 and "2 failed" in result.stdout, result.stdout[-3000:]  # train's and eval's
     said = "conf/model/scheduler/cosine.yaml is an option of model configs with a 'scheduler' default, and your model"
-    assert result.stdout.count(said) == 2, result.stdout[-3000:]  # train's and eval's
+    for entry in ("train", "eval"):
+        assert f"FAILED {test}[{entry}-model/scheduler-cosine] - Failed: {said}" in result.stdout, result.stdout[-3000:]
     assert "Traceback" not in result.stdout and "No match in the defaults list" not in result.stdout
 
 

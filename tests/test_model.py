@@ -1,4 +1,5 @@
 # Part of the MNIST example: a project generated without it has no such file.
+import json
 from pathlib import Path
 
 import lightning as L
@@ -11,6 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from mnistlab.network import SimpleNN
 from mnistlab.runtime.data.in_memory import PAD_LABEL
+from mnistlab.runtime.run import run_folder
 
 from composing import OWN, SHORT, compose_config
 
@@ -76,3 +78,35 @@ def test_scheduler_group_plugs_into_the_optimizer(scheduler: str, cls: str, tmp_
     optimizers = instantiate(cfg.model).configure_optimizers()
     assert optimizers["optimizer"].param_groups[0]["lr"] == 0.01
     assert type(optimizers["lr_scheduler"]["scheduler"]).__name__ == cls
+
+
+# The example's options that change what its run does, run shrunk, and what each promises read back.
+FEW_BATCHES = ["trainer.limit_train_batches=4", "trainer.limit_val_batches=2", "trainer.limit_test_batches=2"]
+EXAMPLE_OPTIONS = {
+    "experiment=cosine_wide": (
+        [*FEW_BATCHES, "trainer.max_epochs=1"],
+        lambda run: _last(run)["state_dict"]["net.layers.0.weight"].shape == (512, 784),
+    ),
+    "model.compile=true": (
+        ["debug=fdr"],
+        lambda run: json.loads((run / "metrics.json").read_text())["test/samples"] == 64,
+    ),
+    "model/scheduler=plateau": (
+        [*FEW_BATCHES, "trainer.max_epochs=2"],
+        lambda run: _last(run)["lr_schedulers"][0]["patience"] == 1,
+    ),
+}
+
+
+def _last(run: Path) -> dict:
+    return torch.load(run_folder.last_checkpoint(run), weights_only=True)
+
+
+@pytest.mark.slow  # training, in this process: as long as a slow test's
+@pytest.mark.parametrize("option", EXAMPLE_OPTIONS)
+def test_the_examples_options_change_its_run_as_they_say(option: str, tmp_path: Path) -> None:
+    from mnistlab.tasks import train  # not at import: see tests/faults.py
+
+    shrunk, check = EXAMPLE_OPTIONS[option]
+    train(compose_config("train", tmp_path, [option, *shrunk, "logger=none"], task=OWN))
+    assert check(tmp_path), sorted(p.name for p in tmp_path.rglob("*"))

@@ -91,7 +91,7 @@ BAD = [  # body, content type, status, the reason's words
     (b"not an array", "application/octet-stream", 400, "not a .npy array of numbers"),
     (b'{"images": [', "application/json", 400, "the body is not valid JSON"),
     (b'{"pictures": []}', "application/json", 400, 'the JSON must be {"input": <array>}, {"inputs": [<array>,'),
-    (b'{"inputs": [[1, 2], [3]]}', "application/json", 400, "an input is not an array of numbers"),
+    (b'{"input": [[1, 2], [3]]}', "application/json", 400, "an input is not an array of numbers"),
     (b'{"input": [1, 2, 3]}', "application/json", 400, "an input of shape (3): the model takes ("),
     (b'{"images": ["%%%"]}', "application/json", 400, "not valid base64"),
     (b'{"images": [1, 2]}', "application/json", 400, '"images" must be a list of base64 strings'),
