@@ -49,12 +49,12 @@ def test_every_option_composes_resolves_and_fits_the_schema(entry: str, group: s
     except ConfigCompositionException as err:
         if "/" in group and f"Could not override '{group}'. No match in the defaults list" in str(err):
             parent, _, sub = group.rpartition("/")  # model/scheduler: a group of your model config's defaults
-            pytest.fail(
+            raise pytest.fail.Exception(  # pytest.fail, without Hydra's error chained to it
                 f"conf/{group}/{option}.yaml is an option of {parent} configs with a '{sub}' default, and your "
                 f"{parent} config has none: remove conf/{group}/ if your {parent} takes no {sub}, or list "
                 f"'- {sub}: null' in its defaults (docs/make-it-yours.md)",
                 pytrace=False,
-            )
+            ) from None
         raise
     resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
     assert resolved["trainer"]["max_epochs"] >= 1

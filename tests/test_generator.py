@@ -458,6 +458,18 @@ def _trains_resumes_and_sweeps_on_the_loss(project: Path, env: dict[str, str], o
     return run
 
 
+# The exported .pt2 and .onnx run by torch alone and onnxruntime alone, the project unimportable.
+ALONE = """
+import json, sys
+sys.modules["shapes_lab"] = sys.modules["lightning"] = None
+import numpy as np, onnxruntime, torch
+inputs = np.load(sys.argv[3])
+program = torch.export.load(sys.argv[1]).module()(torch.from_numpy(inputs)).detach().numpy()
+onnx = onnxruntime.InferenceSession(sys.argv[2]).run(None, {sys.argv[4]: inputs})[0]
+print(json.dumps([program.tolist(), onnx.tolist()]))
+"""
+
+
 def _evaluates_exports_and_serves_its_best_checkpoint(project: Path, env: dict[str, str], run: Path, out: Path) -> None:
     """What follows training, on the user's task: eval.py tests the best checkpoint; export.py writes it in
     every format (each checked against the checkpoint by export.py itself); serve.py answers a JSON batch of
@@ -481,6 +493,13 @@ def _evaluates_exports_and_serves_its_best_checkpoint(project: Path, env: dict[s
     normalised = (inputs / card["scale"] - card["mean"]) / card["std"] if "mean" in card else inputs
     session = onnxruntime.InferenceSession(onnx)
     expected = session.run(None, {card["input_name"]: normalised.astype(np.float32)})[0]
+    np.save(out / "inputs.npy", normalised.astype(np.float32))
+    program = next(sweep.glob("*/model.pt2"))
+    alone = [sys.executable, "-c", ALONE, str(program), str(onnx), str(out / "inputs.npy"), card["input_name"]]
+    ran = processes.run(alone, cwd=out, env={k: v for k, v in env.items() if k != "PYTHONPATH"})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    for outputs in json.loads(ran.stdout):  # torch.export's program, then onnxruntime's: without the project
+        np.testing.assert_allclose(outputs, expected, atol=1e-4)
     with serving(out / "serve", f"ckpt_path={best}", "decode=npy", "devices=1", project=project, env=env) as url:
         answer = httpx.post(f"{url}/predict", json={"inputs": inputs.tolist()}, timeout=60)
         document = httpx.get(f"{url}/openapi.json", timeout=60).json()
