@@ -89,7 +89,7 @@ def _job(env: dict[str, str], job: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in shown.stdout.split() if "=" in field)
 
 
-def _wait(env: dict[str, str], job: str, until: object, timeout: float = 240) -> dict[str, str]:
+def _wait(env: dict[str, str], job: str, until: object, timeout: float = 600) -> dict[str, str]:
     seen: dict[str, str] = {}
 
     def reached() -> dict[str, str] | None:
