@@ -106,7 +106,8 @@ def load(
     net = loading.network(checkpoint, trusted).to(device)
     datamodule = loading.datamodule(checkpoint, trusted, data_dir=data_dir)  # built, never set up: no data is read
     run_record.warn_if_different(checkpoint, str(path), run_record.data_files(datamodule))  # code, versions, data
-    classes = model_card.class_names(datamodule) or _numbered(loading.network_config(checkpoint))
+    count = model_card.class_count(loading.network_config(checkpoint))
+    classes = model_card.class_names(datamodule) or ([str(c) for c in range(count)] if count is not None else None)
     task = model_card.VALUES if classes is None else model_card.CLASSIFICATION  # as export's card would say
     card = {**model_card.preprocessing(checkpoint), "task": task, "classes": classes}
 
@@ -114,17 +115,11 @@ def load(
         with torch.inference_mode():
             result = net(torch.from_numpy(x).to(device))
         outputs = model_card.flatten(result)
-        names = model_card.output_names(result, model_card.classes_of(datamodule, checkpoint, outputs) is not None)
+        names = model_card.output_names(result, task == model_card.CLASSIFICATION)  # decided once, at load
         return {name: output.cpu().numpy() for name, output in zip(names, outputs, strict=True)}
 
     shape = checkpoint.get(run_record.INPUT_KEY, {}).get("shape")  # a checkpoint of before it was recorded: none
     return TrainedModel(run, card, device, tuple(shape) if isinstance(shape, list) else None)
-
-
-def _numbered(net: dict[str, Any]) -> list[str] | None:
-    """Classes without names: "0", "1", ... as many as the network's ``num_classes`` (or ``classes``) says."""
-    count = next((net[key] for key in ("num_classes", "classes") if isinstance(net.get(key), int)), None)
-    return [str(label) for label in range(count)] if count is not None else None
 
 
 def _from_onnx(path: Path, device: str) -> TrainedModel:

@@ -87,9 +87,12 @@ def classes_of(datamodule: Any, checkpoint: dict[str, Any], outputs: list[Tensor
     width = outputs[0].shape[1]
     if (names := class_names(datamodule)) and len(names) == width:
         return names
-    net = loading.network_config(checkpoint)
-    counted = [net.get(key) for key in ("num_classes", "classes")]
-    return [str(c) for c in range(width)] if width in counted else None
+    return [str(c) for c in range(width)] if class_count(loading.network_config(checkpoint)) == width else None
+
+
+def class_count(net: dict[str, Any]) -> int | None:
+    """The classes the network's config counts (``num_classes``, or ``classes``), where it does."""
+    return next((net[key] for key in ("num_classes", "classes") if isinstance(net.get(key), int)), None)
 
 
 def _meaning(names: list[str], outputs: list[Tensor], classes: list[str] | None) -> str:
