@@ -27,7 +27,13 @@ ENVIRONMENT = dict(os.environ)
 IN_CI = os.environ.get("CI") == "true"  # .ci/run sets it: there, only a hardware skip is a skip
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which names each item's group
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _check_groups(config, items)
+    _skip_for_hardware(items)
+
+
+def _skip_for_hardware(items: list[pytest.Item]) -> None:
     """``gpu(n)``: needs n CUDA GPUs; ``no_gpu``: checks a refusal that only a machine without one gives."""
     gpus = torch.cuda.device_count()
     for item in items:
@@ -35,6 +41,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=f"needs {needs.kwargs.get('count', 1)} CUDA GPU(s), has {gpus}"))
         if item.get_closest_marker("no_gpu") and gpus:
             item.add_marker(pytest.mark.skip(reason="checks a refusal on machines without a GPU"))
+
+
+def _check_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse to run a parallel slow tier whose groups pytest-xdist did not keep together: the SLURM,
+    Ray and pods modules would each start their cluster twice, side by side (SLURM's job ports collide)."""
+    if not config.getvalue("loadgroup"):
+        return
+    # A worker cannot stop the session (xdist reports a crash instead): each such test fails at its setup.
+    for item in items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            item.stash[UNGROUPED] = (
+                "--dist loadgroup did not keep this module's tests on one worker: this pytest and pytest-xdist "
+                "do not work together (pytest-xdist#1386, pytest 9.2); lock a pair that does (pyproject.toml)"
+            )
+
+
+UNGROUPED = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -74,6 +97,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """Only a slow test starts processes, its fixtures too: set before any of them (a session fixture
     made for this test would otherwise see the rule of the test before it)."""
     processes.in_slow_test = item.get_closest_marker("slow") is not None
+    if UNGROUPED in item.stash:
+        pytest.fail(item.stash[UNGROUPED], pytrace=False)
 
 
 @pytest.fixture(autouse=True, scope="session")

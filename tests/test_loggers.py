@@ -78,17 +78,21 @@ def test_wandb_writes_an_offline_run_that_can_be_synced_later(tmp_path: Path, mo
     (records,) = run.glob("run-*.wandb")  # what `wandb sync` uploads
 
     # wandb 0.31 reads these files only in its Go core: look for the protobuf records' strings instead.
-    # Its core process writes them on its own schedule: once, in CI, finish() returned before it had
-    # written more than the header; give it a minute.
+    # Its core process writes them on its own schedule, after finish() has returned (in CI: only the
+    # header at first, then val/acc_best without test/acc): wait a minute for every record looked for.
+    expected = [key.encode() + b"\x82\x01" for key in ("test/acc", "val/acc_best")]  # each key as a record's
+    expected += [json.dumps(metrics[key]).encode() for key in ("test/acc", "val/acc_best")]  # their values
+    expected += [b"optimizer", b"batch_size"]  # the run's settings
+
     def written() -> bytes:
         data = records.read_bytes()
-        return data if b"val/acc_best" in data else b""
+        return data if all(part in data for part in expected) else b""
 
-    data = processes.until(written, 60, "W&B's records of val/acc_best", every=0.5)
+    def missing() -> str:
+        return f"in {records.name}, {[part for part in expected if part not in records.read_bytes()]}"
+
+    data = processes.until(written, 60, missing, every=0.5)
     assert data.startswith(b":W&B")
-    for key in ("test/acc", "val/acc_best"):
-        assert key.encode() + b"\x82\x01" in data and json.dumps(metrics[key]).encode() in data  # key, its value
-    assert b"optimizer" in data and b"batch_size" in data  # the run's settings
     pictures = {p.name.rsplit("_", 2)[0] for p in (run / "files" / "media" / "images" / "test").glob("*.png")}
     assert pictures == {"confusion_matrix", "misclassified"}  # the test's pictures, W&B's way
 
