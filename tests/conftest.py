@@ -46,7 +46,7 @@ def _skip_for_hardware(items: list[pytest.Item]) -> None:
 def _check_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse to run a parallel slow tier whose groups pytest-xdist did not keep together: the SLURM,
     Ray and pods modules would each start their cluster twice, side by side (SLURM's job ports collide)."""
-    if not config.getvalue("loadgroup"):
+    if not getattr(config.option, "loadgroup", False):  # set in the workers of `-n N --dist loadgroup`
         return
     # A worker cannot stop the session (xdist reports a crash instead): each such test fails at its setup.
     for item in items:
