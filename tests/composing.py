@@ -31,6 +31,15 @@ TRUST_SUITE = f"trusted_modules=[{','.join(TRUSTED)}]"
 SUITE_MODULES = ["suite_task.*", "faults.*", "test_batch_hooks.*"]  # the suite's own classes that configs name
 
 
+# A checkpoint every 7 steps, each kept as step<N>.ckpt: mid-epoch ones to resume from.
+EVERY_7_STEPS = [
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.save_top_k=-1",
+    "callbacks.model_checkpoint.filename='step{step}'",
+    "callbacks.model_checkpoint.every_n_train_steps=7",
+    "callbacks.model_checkpoint.every_n_epochs=null",
+]
+
 # A few batches of everything: enough to exercise every hook on real data.
 SHORT = [
     "trainer.max_epochs=1",

@@ -6,6 +6,7 @@ is what a user might write, with keys of its own. Small RGB images of a few clas
 random pattern under noise, so that metrics move as on real data and a few steps already learn.
 """
 
+import json
 from collections.abc import Callable, Iterable
 
 import lightning as L
@@ -180,3 +181,21 @@ class Classifier(L.LightningModule):
         if self.make_scheduler is None:
             return {"optimizer": optimizer}
         return {"optimizer": optimizer, "lr_scheduler": self.make_scheduler(optimizer)}
+
+
+class SampleRecorder(Classifier):
+    """The classifier, fed batches of (inputs, targets, sample ids): each rank appends the ids it trains on, a
+    line a step, to ``samples_rank<global rank>.jsonl`` in the run's folder (flushed: a killed run keeps them)."""
+
+    def training_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        x, y, ids = batch
+        line = {"epoch": self.current_epoch, "step": self.global_step, "ids": ids.tolist()}
+        with open(f"{self.trainer.default_root_dir}/samples_rank{self.global_rank}.jsonl", "a") as file:
+            file.write(json.dumps(line) + "\n")
+        return super().training_step((x, y), batch_idx)
+
+    def validation_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> None:
+        self._evaluate(batch[:2], "val")
+
+    def test_step(self, batch: tuple[Tensor, ...], batch_idx: int) -> Tensor:
+        return self._evaluate(batch[:2], "test")

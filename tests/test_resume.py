@@ -19,7 +19,7 @@ from mnistlab.runtime.run.run_folder import RESUMES, SWEEP_FILE
 from mnistlab.tasks import train
 
 import processes
-from composing import DETERMINISTIC, SUITE, SUITE_DATA, compose_config
+from composing import DETERMINISTIC, EVERY_7_STEPS, SUITE, SUITE_DATA, compose_config
 from running import (
     assert_same_training,
     assert_same_weights,
@@ -307,14 +307,7 @@ def test_resuming_mid_epoch_continues_with_the_same_batches(tmp_path: Path) -> N
         "logger=none",
     ]
     train(compose_config("train", tmp_path / "whole", short))
-    every_7_steps = [
-        "callbacks.model_checkpoint.monitor=null",
-        "callbacks.model_checkpoint.save_top_k=-1",
-        "callbacks.model_checkpoint.filename='step{step}'",
-        "callbacks.model_checkpoint.every_n_train_steps=7",
-        "callbacks.model_checkpoint.every_n_epochs=null",
-    ]
-    train(compose_config("train", tmp_path / "stopped", [*short, *every_7_steps]))
+    train(compose_config("train", tmp_path / "stopped", [*short, *EVERY_7_STEPS]))
     mid_epoch = run_folder.checkpoints(tmp_path / "stopped") / "step14.ckpt"
     assert torch.load(mid_epoch, weights_only=True)["global_step"] == 14
     train(compose_config("train", tmp_path / "resumed", [*short, f"ckpt_path={mid_epoch}"]))

@@ -161,6 +161,18 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
+def stream(cfg: DictConfig) -> dict[str, int]:
+    """Write the data module ``cfg.data``'s splits as chunks at ``cfg.output``; return each split's samples."""
+    from mnistlab.runtime.data import chunks
+
+    with hydra_versions.allowed():
+        datamodule = _instantiate(cfg.data, "data")
+    written = chunks.write(datamodule, cfg.output, cfg.chunk_bytes, cfg.overwrite)
+    counts = ", ".join(f"{split} {count}" for split, count in written.items())
+    log.info("Wrote %s samples into %s: train with data=stream data.input_dir=%s", counts, cfg.output, cfg.output)
+    return written
+
+
 def _log_overrides(cfg: DictConfig) -> None:
     """On every rank, into its own log file: what this process trains."""
     if not HydraConfig.initialized():

@@ -173,6 +173,12 @@ class DemoConfig(Node):
     hydra: Any = None
 
 
+class StreamConfig(RunConfig):
+    output: str
+    chunk_bytes: str
+    overwrite: bool
+
+
 def check(cfg: DictConfig, schema: type[Node]) -> None:
     """Raise InputError naming the first key whose value does not fit ``schema``."""
     if missing := sorted(OmegaConf.missing_keys(cfg)):

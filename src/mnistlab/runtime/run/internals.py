@@ -3,7 +3,7 @@ with why no public API serves, and the version it was read from. A new release t
 here, and the canary (``.ci/frameworks-next``: the fast tier and a DDP run against the newest Lightning
 and torch the specifiers admit, pre-releases included) says so before a user does.
 
-Read from: lightning 2.6.6, torch 2.15.0, ray 2.60.0, optuna 5.1.0 (uv.lock).
+Read from: lightning 2.6.6, torch 2.15.0, ray 2.60.0, optuna 5.1.0, litdata 0.2.76 (uv.lock).
 """
 
 import threading
@@ -94,3 +94,15 @@ def optuna_trial_id(trial: Any) -> int:
     """An Optuna trial's id in its storage (``_trial_id``): what a storage's calls take, where a trial's
     ``number`` counts within its study only."""
     return int(trial._trial_id)
+
+
+def litdata_downloads_over_plain_http() -> None:
+    """LitData 0.2.76 downloads chunks with obstore, which it configures without ``allow_http``: from an S3
+    endpoint over plain HTTP (a MinIO on a private network, the tests' S3 server) every chunk fails with
+    "builder error", and no setting reaches it. There its boto3 downloader (the same credentials and endpoint)
+    serves instead: ``_OBSTORE_AVAILABLE``, read at each download."""
+    import boto3
+    from litdata.streaming import downloader
+
+    if boto3.client("s3").meta.endpoint_url.startswith("http://"):
+        downloader._OBSTORE_AVAILABLE = False

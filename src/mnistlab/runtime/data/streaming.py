@@ -1,0 +1,208 @@
+"""Data beyond one disk: Lightning's LitData chunks, in a folder or a bucket, streamed to every rank.
+
+``stream.py`` writes a data module's splits as chunks (``chunks.py``): ``<input_dir>/train``, ``val`` and
+``test``, one record a sample with its fields (``id``, ``input``, ``target``), and ``meta.json`` (what the
+source data module said of its inputs and classes, for the model card). :class:`StreamingDataModule` reads
+them from a folder or from ``s3://`` (LitData downloads chunks into a cache beside the run, ahead of need).
+
+Where the bucket is and who may read it come from the environment, as the AWS tools read them
+(``AWS_ENDPOINT_URL`` for an S3-compatible server, ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
+``AWS_PROFILE`` and ``~/.aws/``): never from ``conf/``, so they enter no config, log, record or checkpoint.
+
+What the machinery adds to LitData, each measured where LitData alone fell short (docs/streaming.md):
+
+- Resuming mid-epoch (LitData's loader state is in Lightning's checkpoint) continues the epoch; the epoch
+  after it is a whole one. LitData 0.2.76 alone replays the resumed epoch's rest a second time there, because
+  Lightning stops at an epoch's length without exhausting the loader (:class:`ResumableLoader`).
+- Resuming on another number of ranks (a node lost) is exact too: LitData places the rest of the epoch by the
+  ranks that began it (its elastic resume; tests/test_streaming.py checks 4 ranks resumed on 2).
+- Validation and test never drop a sample (``drop_last=False``): each rank streams its own share, so every
+  sample counts once on any number of ranks; training drops the last partial batch of each rank (LitData's
+  rule in DDP), so every rank steps as often as the others.
+"""
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from litdata import StreamingDataLoader, StreamingDataset
+from torch import Tensor
+from torch.utils.data import default_collate
+
+from mnistlab.runtime.config.checks import indivisible_batch
+from mnistlab.runtime.run import internals
+from mnistlab.runtime.run.failures import InputError
+
+SPLITS = ("train", "val", "test")
+META = "meta.json"  # beside the splits: what the source data module said (chunks.py writes it)
+FIELDS = ("input", "target")  # what a batch is, in order, unless a data module's config says otherwise
+
+
+class Fields:
+    """LitData's ``collate_fn``: the named fields of a list of samples, as one tuple of batched tensors."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+
+    def __call__(self, samples: list[dict[str, Any]]) -> tuple[Tensor, ...]:
+        return tuple(default_collate([sample[name] for sample in samples]) for name in self.names)
+
+
+class ResumableLoader(StreamingDataLoader):
+    """LitData's loader, whose epoch after a resumed one starts afresh.
+
+    ``load_state_dict`` sets LitData's ``restore``, cleared only when an iteration runs to its end; Lightning
+    stops at the epoch's length without reaching it, so the next epoch would replay the resumed one's rest
+    (measured: 50 batches instead of 100, the same samples again). The first iteration after a load replays
+    the rest of the epoch; any later one is a new epoch.
+    """
+
+    _replaying = False
+    restore: bool  # LitData's: set by load_state_dict, cleared at an iteration's end
+
+    def load_state_dict(self, obj: dict[str, Any]) -> None:
+        super().load_state_dict(obj)
+        self._replaying = True
+
+    def __iter__(self) -> Any:
+        if self.restore and not self._replaying:
+            self.restore = False
+        self._replaying = False
+        return super().__iter__()
+
+
+class StreamingDataModule(L.LightningDataModule):
+    """Chunks written by ``stream.py``, streamed: each global batch of ``batch_size`` samples is cut into one
+    share per rank, the training order reshuffled each epoch from ``shuffle_seed``."""
+
+    def __init__(
+        self,
+        input_dir: str,
+        batch_size: int = 64,
+        shuffle_seed: int = 0,
+        num_workers: int = 0,
+        fields: Sequence[str] = FIELDS,
+        cache_dir: str | None = None,
+        max_cache_size: str | None = None,
+        transform: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
+        super().__init__()
+        self.input_dir = input_dir.rstrip("/")
+        self.batch_size, self.shuffle_seed, self.num_workers = batch_size, shuffle_seed, num_workers
+        self.fields, self.cache_dir, self.max_cache_size = list(fields), cache_dir, max_cache_size
+        self.transform = transform
+        self.datasets: dict[str, StreamingDataset] = {}
+        self.meta: dict[str, Any] = {}
+
+    @property
+    def remote(self) -> bool:
+        return "://" in self.input_dir
+
+    def prepare_data(self) -> None:
+        """A local folder is checked here, in one line; a bucket when LitData first reads its index."""
+        if self.remote:
+            return
+        missing = [split for split in SPLITS if not (Path(self.input_dir) / split / "index.json").is_file()]
+        if missing:
+            raise InputError(
+                f"data.input_dir={self.input_dir} holds no chunks for {', '.join(missing)} (no <split>/index.json): "
+                f"write them with `python stream.py data=<the data module> output={self.input_dir}`"
+            )
+
+    def setup(self, stage: str) -> None:
+        if self.input_dir.startswith("s3://"):
+            internals.litdata_downloads_over_plain_http()
+        splits = ("train", "val") if stage in ("fit", "validate") else ("test",)
+        for split in splits:
+            if split not in self.datasets:
+                self.datasets[split] = self._dataset(split)
+        if not self.meta:
+            self.meta = read_meta(self.input_dir)
+
+    def _dataset(self, split: str) -> StreamingDataset:
+        try:
+            return StreamingDataset(
+                f"{self.input_dir}/{split}",
+                cache_dir=self.cache_dir and f"{self.cache_dir}/{split}",
+                max_cache_size=self.max_cache_size,
+                shuffle=split == "train",
+                seed=self.shuffle_seed,
+                # Training: LitData's rule (in DDP each rank drops its last partial batch, so that all step as
+                # often); evaluation never drops one, so every sample counts once.
+                drop_last=None if split == "train" else False,
+            )
+        except (OSError, ValueError, RuntimeError) as err:  # botocore's errors are these too
+            raise InputError(
+                f"cannot read the chunks in {self.input_dir}/{split}: {' '.join(str(err).split())}"
+            ) from err
+
+    def _loader(self, split: str) -> ResumableLoader:
+        world_size = self.trainer.world_size if self.trainer else 1
+        if split == "train" and (self.batch_size < 1 or self.batch_size % world_size):
+            raise InputError(indivisible_batch(self.batch_size, world_size))
+        per_rank = -(-self.batch_size // world_size)  # evaluation: the batch rounded up, nothing dropped
+        return ResumableLoader(
+            self.datasets[split], batch_size=per_rank, num_workers=self.num_workers, collate_fn=Fields(self.fields)
+        )
+
+    def train_dataloader(self) -> ResumableLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> ResumableLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> ResumableLoader:
+        return self._loader("test")
+
+    def predict_dataloader(self) -> ResumableLoader:
+        return self._loader("test")
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if self.transform is None:
+            return batch
+        return (self.transform(batch[0]), *batch[1:])
+
+    def data_files(self) -> list[Path]:
+        """The splits' indexes (each lists its chunks with their sizes): into each run's record."""
+        return [] if self.remote else [Path(self.input_dir) / split / "index.json" for split in SPLITS]
+
+    @property
+    def input_name(self) -> str:
+        return self.meta.get("input_name", "inputs")
+
+    @property
+    def classes(self) -> list[str] | None:
+        return self.meta.get("classes")
+
+
+def _bucket_key(url: str) -> tuple[str, str]:
+    bucket, _, prefix = url.split("://", 1)[1].partition("/")
+    return bucket, f"{prefix.strip('/')}/{META}".lstrip("/")
+
+
+def write_meta(output: str, meta: dict[str, Any]) -> None:
+    text = json.dumps(meta, indent=2)
+    if "://" not in output:
+        Path(output, META).write_text(text)
+        return
+    import boto3  # LitData's own dependency; the environment's credentials and endpoint (see above)
+
+    bucket, key = _bucket_key(output)
+    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=text.encode())
+
+
+def read_meta(input_dir: str) -> dict[str, Any]:
+    """``meta.json`` of chunks written by stream.py; empty for chunks written otherwise."""
+    if "://" not in input_dir:
+        path = Path(input_dir, META)
+        return json.loads(path.read_text()) if path.is_file() else {}
+    import boto3
+    from botocore.exceptions import ClientError
+
+    bucket, key = _bucket_key(input_dir)
+    try:
+        return json.loads(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    except ClientError:  # none there (NoSuchKey)
+        return {}

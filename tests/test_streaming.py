@@ -1,0 +1,221 @@
+"""data=stream: a data module's splits written as LitData chunks (stream.py), streamed from a folder or an S3
+bucket; every sample once per epoch across ranks, after a kill and on another number of ranks too."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnistlab.runtime.config import schema
+from mnistlab.runtime.data.streaming import StreamingDataModule
+from mnistlab.runtime.run import run_folder
+from mnistlab.runtime.run.failures import InputError
+from mnistlab.tasks import stream, train
+
+import processes
+import suite_task
+from composing import EVERY_7_STEPS, SUITE, SUITE_DATA, compose_config
+from running import free_port, one_run, run_script
+
+# The suite's data with evaluation sets that no rank count divides: what counts every sample once is seen.
+SIZES = {"train_size": 1024, "val_size": 250, "test_size": 250}
+STREAMED = ["data=suite_stream", "model=suite_recorder"]
+EVERY_5_STEPS = ["callbacks.last_checkpoint.every_n_train_steps=5", "callbacks.last_checkpoint.every_n_epochs=null"]
+
+
+@pytest.fixture(scope="session")
+def chunks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suite's data (SIZES) as chunks, written as `python stream.py data=suite output=...` does."""
+    out = tmp_path_factory.mktemp("chunks")
+    sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
+    written = stream(compose_config("stream", out / "logs", [f"output={out / 'suite'}", "chunk_bytes=16KB", *sizes]))
+    assert written == {split: SIZES[f"{split}_size"] for split in ("train", "val", "test")}
+    return out / "suite"
+
+
+def _samples(run: Path) -> dict[int, list[dict]]:
+    """Each rank's records of the samples it trained on (suite_task.SampleRecorder), by rank."""
+    return {
+        int(path.stem.removeprefix("samples_rank")): [json.loads(line) for line in path.read_text().splitlines()]
+        for path in run.glob("samples_rank*.jsonl")
+    }
+
+
+def _per_epoch(*records: list[dict]) -> dict[int, list[int]]:
+    seen: dict[int, list[int]] = {}
+    for lines in records:
+        for line in lines:
+            seen.setdefault(line["epoch"], []).extend(line["ids"])
+    return seen
+
+
+def test_stream_writes_each_sample_once_and_the_data_module_streams_it_back(chunks: Path) -> None:
+    datamodule = StreamingDataModule(str(chunks), batch_size=50, fields=["input", "target", "id"])
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    datamodule.setup("test")
+    sizes = {key.removesuffix("_size"): value for key, value in SIZES.items()}
+    for split in ("train", "val", "test"):
+        # the suite model's 4 classes of 3 x 8 x 8 images (tests/conf/model/suite.yaml, tests/conf/data/suite.yaml)
+        inputs, targets = suite_task.draw(sizes, split, 4, (3, 8, 8), SUITE_DATA["noise"], SUITE_DATA["seed"])
+        batches = list(getattr(datamodule, f"{split}_dataloader")())
+        ids = torch.cat([batch[2] for batch in batches])
+        assert sorted(ids.tolist()) == list(range(SIZES[f"{split}_size"])), split
+        torch.testing.assert_close(torch.cat([batch[0] for batch in batches]), inputs[ids], rtol=0, atol=0)
+        assert torch.equal(torch.cat([batch[1] for batch in batches]), targets[ids])
+    # What the source data module said of its data, for a model card: the suite's counts its classes (4).
+    assert (datamodule.meta["source"], datamodule.classes, datamodule.input_name) == (
+        "suite_task.Patterns",
+        4,
+        "inputs",
+    )
+
+
+def test_training_from_a_mid_epoch_checkpoint_sees_the_rest_of_the_epoch_then_whole_epochs(
+    chunks: Path, tmp_path: Path
+) -> None:
+    """One process: 2 epochs of 32 steps, stopped at step 14 (a checkpoint every 7), resumed with ckpt_path=:
+    the same samples in the same steps as without the stop; the epoch after the resumed one is whole (LitData
+    0.2.76's own loader replays the resumed epoch's rest there instead)."""
+    run = [*STREAMED, f"data.input_dir={chunks}", "trainer.max_epochs=2", "trainer.limit_val_batches=2", "test=false"]
+    run += ["logger=none"]
+    train(compose_config("train", tmp_path / "whole", run))
+    train(compose_config("train", tmp_path / "stopped", [*run, *EVERY_7_STEPS, "trainer.max_epochs=1"]))
+    mid_epoch = run_folder.checkpoints(tmp_path / "stopped") / "step14.ckpt"
+    train(compose_config("train", tmp_path / "resumed", [*run, f"ckpt_path={mid_epoch}"]))
+    (whole,), (stopped,), (resumed,) = (_samples(tmp_path / name).values() for name in ("whole", "stopped", "resumed"))
+    before = [line for line in stopped if line["step"] < 14]
+    assert [line["ids"] for line in [*before, *resumed]] == [line["ids"] for line in whole]
+    for epoch, ids in _per_epoch(whole).items():
+        assert sorted(ids) == list(range(SIZES["train_size"])), epoch
+
+
+def test_a_streamed_run_evaluates_every_sample_once_and_learns_as_from_memory(chunks: Path, tmp_path: Path) -> None:
+    epochs = ["trainer.max_epochs=3", "logger=none"]
+    sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
+    streamed = train(compose_config("train", tmp_path / "streamed", [*STREAMED, f"data.input_dir={chunks}", *epochs]))
+    in_memory = train(compose_config("train", tmp_path / "memory", [*sizes, *epochs]))
+    assert streamed["test/samples"] == in_memory["test/samples"] == SIZES["test_size"]
+    # Another order of the same samples (LitData's shuffle): another path to a model as good.
+    assert abs(streamed["test/acc"] - in_memory["test/acc"]) <= 0.05, (streamed, in_memory)
+
+
+def test_chunks_missing_or_there_already_are_one_line(chunks: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"holds no chunks for train, val, test .* `python stream.py data="):
+        StreamingDataModule(str(tmp_path)).prepare_data()
+    with pytest.raises(InputError, match=r"already holds chunks \(train, val, test\): pass overwrite=true"):
+        stream(compose_config("stream", tmp_path, [f"output={chunks}"]))
+
+
+def test_a_global_batch_the_ranks_do_not_divide_is_refused(chunks: Path, tmp_path: Path) -> None:
+    overrides = [*STREAMED, f"data.input_dir={chunks}", "data.batch_size=33", "strategy=ddp", "trainer.devices=2"]
+    with pytest.raises(InputError, match="data.batch_size=33 is the global batch .* multiple of the world size 2"):
+        schema.check(compose_config("train", tmp_path, overrides), schema.TrainConfig)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("ranks", "resumed_on"), [(2, 2), (4, 2)])
+def test_a_streamed_run_killed_mid_epoch_resumes_with_each_sample_once(
+    ranks: int, resumed_on: int, chunks: Path, tmp_path: Path
+) -> None:
+    """DDP ranks SIGKILLed at step 23 of epoch 0's 32 (last.ckpt: step 20); ``resume=`` on as many ranks, or on
+    2 of 4 (a node lost): each sample of each epoch trained on exactly once, over the ranks, before and after."""
+    ddp = ["strategy=ddp", "trainer.accelerator=cpu", "allow_cpu_oversubscription=true", "logger=none"]
+    killed = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=23"]
+    common = [*STREAMED, f"data.input_dir={chunks}", "trainer.max_epochs=2", "trainer.limit_val_batches=2", *ddp]
+    result = run_script(
+        "train.py",
+        *common,
+        *EVERY_5_STEPS,
+        f"trainer.devices={ranks}",
+        *killed,
+        "test=false",
+        f"paths.log_dir={tmp_path}",
+    )
+    assert result.returncode != 0
+    (run,) = (tmp_path / "train" / "runs").iterdir()
+    stopped_at = torch.load(run_folder.last_checkpoint(run), weights_only=True)["global_step"]
+    assert stopped_at == 20
+    before = {rank: [line for line in lines if line["step"] < stopped_at] for rank, lines in _samples(run).items()}
+    for path in run.glob("samples_rank*.jsonl"):
+        path.unlink()
+
+    # The run's own overrides are replayed (data=suite_stream among them); Hydra's search path is given again.
+    search_path = [arg for arg in SUITE if arg.startswith("hydra.searchpath")]
+    result = run_script(
+        "train.py",
+        f"resume={run}",
+        f"trainer.devices={resumed_on}",
+        "test=false",
+        f"paths.log_dir={tmp_path}",
+        task=search_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = _samples(run)
+    assert sorted(after) == list(range(resumed_on))
+    seen = _per_epoch(*before.values(), *after.values())
+    for epoch in (0, 1):
+        assert sorted(seen[epoch]) == list(range(SIZES["train_size"])), f"epoch {epoch}"
+    assert min(line["step"] for lines in after.values() for line in lines) == stopped_at
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> dict[str, str]:
+    """An S3 server (moto's, on this machine) and the environment a user's shell gives: endpoint and keys."""
+    port = free_port()
+    server = processes.start(["moto_server", "-H", "127.0.0.1", "-p", port], output=(tmp_path / "moto.txt").open("w"))
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "AKIDSTREAMTEST",
+        "AWS_SECRET_ACCESS_KEY": "a-secret-never-written-anywhere-7f3c",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    import boto3
+
+    def bucket() -> bool:
+        try:
+            boto3.client(
+                "s3",
+                endpoint_url=env["AWS_ENDPOINT_URL"],
+                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                region_name="us-east-1",
+            ).create_bucket(Bucket="data")
+            return True
+        except Exception:  # noqa: BLE001 (not listening yet)
+            return server.poll() is None and False
+
+    processes.until(bucket, 60, lambda: (tmp_path / "moto.txt").read_text()[-2000:], every=0.3)
+    return env
+
+
+@pytest.mark.slow
+def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_secret(
+    s3: dict[str, str], tmp_path: Path
+) -> None:
+    """stream.py writes the suite's data into s3://data/suite; two DDP ranks train from it (chunks cached in
+    data.cache_dir) and test on 250 samples, 125 each; the secret key is in no file of the run or its logs."""
+    env = {**os.environ, **s3}
+    sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
+    logs = f"paths.log_dir={tmp_path / 'logs'}"
+    command = processes.python("stream.py", *SUITE, "output=s3://data/suite", "chunk_bytes=16KB", *sizes, logs)
+    result = processes.run(command, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ddp = ["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=1"]
+    source = ["data.input_dir=s3://data/suite", f"data.cache_dir={tmp_path / 'cache'}"]
+    command = processes.python("train.py", *STREAMED, *source, *ddp, logs)
+    trained = processes.run(command, env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    run = one_run(tmp_path / "logs")
+    metrics = json.loads((run / run_folder.METRICS_FILE).read_text())
+    assert metrics["test/samples"] == SIZES["test_size"]
+    assert sorted(i for lines in _samples(run).values() for line in lines for i in line["ids"]) == list(
+        range(SIZES["train_size"])
+    )
+    secret = s3["AWS_SECRET_ACCESS_KEY"].encode()
+    written = [p for p in (tmp_path / "logs").rglob("*") if p.is_file()]
+    assert len(written) > 10 and not [p for p in written if secret in p.read_bytes()]
+    for printed in (result, trained):
+        assert secret not in (printed.stdout + printed.stderr).encode()
