@@ -115,29 +115,36 @@ def test_a_global_batch_the_ranks_do_not_divide_is_refused(chunks: Path, tmp_pat
         schema.check(compose_config("train", tmp_path, overrides), schema.TrainConfig)
 
 
+# SIGKILL: nothing saved, last.ckpt is step 20's; SIGTERM (SLURM's preemption, Kubernetes' eviction) to rank 0:
+# the ranks agree to stop and save at their next look at signals (every 4 steps here: callbacks.safe_stop).
+STOPS = {
+    "SIGKILL": ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=23"],
+    "SIGTERM": ["+callbacks.term._target_=faults.SignalAt", "+callbacks.term.step=23", "trainer.log_every_n_steps=4"],
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("ranks", "resumed_on"), [(2, 2), (4, 2)])
-def test_a_streamed_run_killed_mid_epoch_resumes_with_each_sample_once(
-    ranks: int, resumed_on: int, chunks: Path, tmp_path: Path
+@pytest.mark.parametrize(("stop", "ranks", "resumed_on"), [("SIGTERM", 2, 2), ("SIGKILL", 4, 2)])
+def test_a_streamed_run_stopped_mid_epoch_resumes_with_each_sample_once(
+    stop: str, ranks: int, resumed_on: int, chunks: Path, tmp_path: Path
 ) -> None:
-    """DDP ranks SIGKILLed at step 23 of epoch 0's 32 (last.ckpt: step 20); ``resume=`` on as many ranks, or on
-    2 of 4 (a node lost): each sample of each epoch trained on exactly once, over the ranks, before and after."""
+    """DDP ranks stopped at step 23 of epoch 0's 32; ``resume=`` on as many ranks, or on 2 of 4 (a node lost):
+    each sample of each epoch trained on exactly once, over the ranks, before the stop and after."""
     ddp = ["strategy=ddp", "trainer.accelerator=cpu", "allow_cpu_oversubscription=true", "logger=none"]
-    killed = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=23"]
     common = [*STREAMED, f"data.input_dir={chunks}", "trainer.max_epochs=2", "trainer.limit_val_batches=2", *ddp]
     result = run_script(
         "train.py",
         *common,
         *EVERY_5_STEPS,
         f"trainer.devices={ranks}",
-        *killed,
+        *STOPS[stop],
         "test=false",
         f"paths.log_dir={tmp_path}",
     )
     assert result.returncode != 0
     (run,) = (tmp_path / "train" / "runs").iterdir()
     stopped_at = torch.load(run_folder.last_checkpoint(run), weights_only=True)["global_step"]
-    assert stopped_at == 20
+    assert stopped_at == (20 if stop == "SIGKILL" else 24), stopped_at  # mid-epoch either way
     before = {rank: [line for line in lines if line["step"] < stopped_at] for rank, lines in _samples(run).items()}
     for path in run.glob("samples_rank*.jsonl"):
         path.unlink()
