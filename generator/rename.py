@@ -50,7 +50,7 @@ BLANK_NAMES = {  # renamed with the example left out: the search config and its 
     ", Chromium and wrk (the browser tests, the serving benchmark's)": " and Chromium (the docs site's tests)",
     'demo = ["gradio>=6,<7"]  # demo.py: draw a digit in the browser\n': "",  # pyproject.toml: the demo's packages
     '    "gradio_client>=1.5",  # the demo\'s other client\n': "",
-    ",serve,demo,loggers,ray]": ",serve,loggers,ray]",
+    ",serve,demo,loggers,ray,stream]": ",serve,loggers,ray,stream]",
     "      - Performance: example/performance.md\n": "",  # mkdocs.yml: the benchmarks' page
 }
 TEMPLATE_NAMES = {  # in every project made

@@ -5,6 +5,8 @@ import json
 import os
 from pathlib import Path
 
+import kubeflow
+import pods as namespaces
 import pytest
 import torch
 
@@ -226,3 +228,35 @@ def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_sec
     assert len(written) > 10 and not [p for p in written if secret in p.read_bytes()]
     for printed in (result, trained):
         assert secret not in (printed.stdout + printed.stderr).encode()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("pods")  # the pods' network namespaces share one subnet (tests/test_kubernetes.py)
+def test_two_pods_of_two_ranks_stopped_mid_epoch_and_started_again_see_each_sample_once(
+    chunks: Path, tmp_path: Path
+) -> None:
+    """deploy/kubernetes/trainjob.yaml's command in two "pods" of two processes (tests/pods.py): rank 0 gets
+    SIGTERM (an eviction) at step 23 of epoch 0; every rank saves at step 24 and exits; the pods, started
+    again as Kubernetes restarts them, resume from it: each sample of each epoch once over the 4 ranks."""
+    job = kubeflow.trainjob_pods(kubeflow.manifest("trainjob.yaml"), "stream-x7k2p")
+    stop = [*STOPS["SIGTERM"], "trainer.max_epochs=2", "trainer.limit_val_batches=2", "test=false", "logger=none"]
+    overrides = [*SUITE, *STREAMED, f"data.input_dir={chunks}", "trainer.accelerator=cpu", *stop]
+
+    def start_the_pods() -> list[str]:
+        started = [
+            pods.start(i, [*namespaces.python_module(kubeflow.on_volume(pod.command, tmp_path)), *overrides], pod.env)
+            for i, pod in enumerate(job)
+        ]
+        return [processes.finish(process) for process in started]
+
+    with namespaces.running([pod.names for pod in job]) as pods:
+        first = start_the_pods()
+        run = tmp_path / "outputs" / "train" / "runs" / "stream-x7k2p"
+        assert torch.load(run_folder.last_checkpoint(run), weights_only=True)["global_step"] == 24, first[0][-3000:]
+        again = start_the_pods()
+    assert "Starting with 4 processes" in again[0], again[0][-3000:]
+    records = _samples(run)
+    assert sorted(records) == [0, 1, 2, 3]
+    for epoch, ids in _per_epoch(*records.values()).items():
+        assert sorted(ids) == list(range(SIZES["train_size"])), f"epoch {epoch}"
+    assert torch.load(run_folder.last_checkpoint(run), weights_only=True)["global_step"] == 64
