@@ -109,6 +109,8 @@ def test_chunks_missing_or_there_already_are_one_line(chunks: Path, tmp_path: Pa
         StreamingDataModule(str(tmp_path)).prepare_data()
     with pytest.raises(InputError, match=r"already holds chunks \(train, val, test\): pass overwrite=true"):
         stream(compose_config("stream", tmp_path, [f"output={chunks}"]))
+    with pytest.raises(InputError, match=r"gs://bucket/x: stream.py writes to a folder or to s3://<bucket>/<prefix>"):
+        stream(compose_config("stream", tmp_path, ["output=gs://bucket/x"]))
 
 
 def test_a_global_batch_the_ranks_do_not_divide_is_refused(chunks: Path, tmp_path: Path) -> None:
@@ -228,6 +230,18 @@ def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_sec
     assert len(written) > 10 and not [p for p in written if secret in p.read_bytes()]
     for printed in (result, trained):
         assert secret not in (printed.stdout + printed.stderr).encode()
+    # A bucket that is not there: one line, to write to it and to read from it.
+    command = processes.python("stream.py", *SUITE, "output=s3://no-such-bucket/suite", *sizes, logs)
+    refused = processes.run(command, env=env)
+    assert refused.returncode == 1 and "Error: cannot write to s3://no-such-bucket/suite: " in refused.stderr
+    command = processes.python(
+        "train.py", *STREAMED, "data.input_dir=s3://no-such-bucket/suite", "trainer.max_epochs=1", logs
+    )
+    refused = processes.run(command, env=env)
+    assert (
+        refused.returncode == 1
+        and "Error: cannot read the chunks in s3://no-such-bucket/suite/train: " in refused.stderr
+    )
 
 
 @pytest.mark.slow

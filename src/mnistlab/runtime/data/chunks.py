@@ -2,8 +2,8 @@
 
 Each sample is what the data module's loaders serve, one row of a batch: ``input`` and ``target`` as the
 network and the loss take them, and ``id``, its place in the split as written (what a test records to see
-each sample once). A folder or a bucket (``s3://...``: LitData uploads the chunks once written, with the
-credentials and endpoint the environment gives, as streaming.py says).
+each sample once). A folder or a bucket (``s3://...``: the chunks are staged in a temporary folder, then uploaded with
+the credentials and endpoint the environment gives, as streaming.py says).
 """
 
 import logging
@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 def write(datamodule: L.LightningDataModule, output: str, chunk_bytes: str, overwrite: bool) -> dict[str, int]:
     """Write ``datamodule``'s train, val and test splits under ``output``; return how many samples each has."""
     remote = "://" in output
+    if remote:
+        streaming.bucket_and_prefix(output)  # refused now unless S3, before anything is read or written
     if not remote and not overwrite and (held := [s for s in SPLITS if any(Path(output, s).glob("*"))]):
         raise InputError(f"{output} already holds chunks ({', '.join(held)}): pass overwrite=true to replace them")
     datamodule.prepare_data()
@@ -53,15 +55,22 @@ def write(datamodule: L.LightningDataModule, output: str, chunk_bytes: str, over
 
 
 def _upload(folder: Path, output: str) -> None:
-    import boto3  # LitData's dependency: the environment's credentials and endpoint (streaming.py)
+    """The staged chunks into the bucket, with the environment's credentials and endpoint (streaming.py)."""
+    import boto3  # LitData's dependency
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, _, prefix = output.split("://", 1)[1].partition("/")
+    bucket, prefix = streaming.bucket_and_prefix(output)
     client = boto3.client("s3")
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            client.upload_file(
-                str(path), bucket, f"{prefix.strip('/')}/{path.relative_to(folder).as_posix()}".lstrip("/")
-            )
+    try:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                client.upload_file(str(path), bucket, streaming.key(prefix, path.relative_to(folder).as_posix()))
+    except (Boto3Error, BotoCoreError, ClientError) as err:  # S3UploadFailedError: boto3's, a missing bucket
+        raise InputError(
+            f"cannot write to {output}: {err} (the endpoint and credentials come from the environment: "
+            "docs/streaming.md)"
+        ) from err
 
 
 def _split(loader: Any) -> tuple[Tensor, Tensor]:

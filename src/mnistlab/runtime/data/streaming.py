@@ -133,9 +133,10 @@ class StreamingDataModule(L.LightningDataModule):
                 # often); evaluation never drops one, so every sample counts once.
                 drop_last=None if split == "train" else False,
             )
-        except (OSError, ValueError, RuntimeError) as err:  # botocore's errors are these too
+        except Exception as err:  # a missing file or bucket, refused credentials: botocore's own kinds too
             raise InputError(
-                f"cannot read the chunks in {self.input_dir}/{split}: {' '.join(str(err).split())}"
+                f"cannot read the chunks in {self.input_dir}/{split}: {' '.join(str(err).split())} (a bucket's "
+                "endpoint and credentials come from the environment: docs/streaming.md)"
             ) from err
 
     def _loader(self, split: str) -> ResumableLoader:
@@ -177,9 +178,16 @@ class StreamingDataModule(L.LightningDataModule):
         return self.meta.get("classes")
 
 
-def _bucket_key(url: str) -> tuple[str, str]:
-    bucket, _, prefix = url.split("://", 1)[1].partition("/")
-    return bucket, f"{prefix.strip('/')}/{META}".lstrip("/")
+def bucket_and_prefix(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; only S3 (and S3-compatible servers) is written to."""
+    if not url.startswith("s3://"):
+        raise InputError(f"{url}: stream.py writes to a folder or to s3://<bucket>/<prefix> (S3 or S3-compatible)")
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    return bucket, prefix.strip("/")
+
+
+def key(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
 
 
 def write_meta(output: str, meta: dict[str, Any]) -> None:
@@ -189,20 +197,22 @@ def write_meta(output: str, meta: dict[str, Any]) -> None:
         return
     import boto3  # LitData's own dependency; the environment's credentials and endpoint (see above)
 
-    bucket, key = _bucket_key(output)
-    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=text.encode())
+    bucket, prefix = bucket_and_prefix(output)
+    boto3.client("s3").put_object(Bucket=bucket, Key=key(prefix, META), Body=text.encode())
 
 
 def read_meta(input_dir: str) -> dict[str, Any]:
-    """``meta.json`` of chunks written by stream.py; empty for chunks written otherwise."""
+    """``meta.json`` of chunks written by stream.py; empty for chunks written otherwise (or not on S3)."""
     if "://" not in input_dir:
         path = Path(input_dir, META)
         return json.loads(path.read_text()) if path.is_file() else {}
+    if not input_dir.startswith("s3://"):
+        return {}
     import boto3
     from botocore.exceptions import ClientError
 
-    bucket, key = _bucket_key(input_dir)
+    bucket, prefix = bucket_and_prefix(input_dir)
     try:
-        return json.loads(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+        return json.loads(boto3.client("s3").get_object(Bucket=bucket, Key=key(prefix, META))["Body"].read())
     except ClientError:  # none there (NoSuchKey)
         return {}
