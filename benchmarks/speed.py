@@ -21,7 +21,8 @@ Measures, in one invocation, alternating the runs and taking medians:
   unknown group option, each against ``python -c "import torch, lightning"`` (``--refusals`` measures
   these rows alone);
 - with ``--switches``, the epoch time with ``model.compile=true``, with ``trainer.precision=bf16-mixed``
-  with ``model.optimizer.fused=false`` and without the safe-stop callback, each against the default.
+  with ``model.optimizer.fused=false``, without the safe-stop callback and with the weights' moving average
+  (``callbacks=ema``), each against the default.
 
 ``--profile`` prints instead where a training step of the default ``train.py`` goes, per function
 and per callback, in microseconds a step (under cProfile); ``--costs`` the time each default callback's hooks
@@ -205,6 +206,7 @@ def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
         rows["train.py bf16-mixed"] = lambda e: [*train, f"trainer.max_epochs={e}", "trainer.precision=bf16-mixed"]
         rows["train.py fused=false"] = lambda e: [*train, f"trainer.max_epochs={e}", "model.optimizer.fused=false"]
         rows["train.py safe_stop=null"] = lambda e: [*train, f"trainer.max_epochs={e}", "callbacks.safe_stop=null"]
+        rows["train.py callbacks=ema"] = lambda e: [*train, f"trainer.max_epochs={e}", "callbacks=ema"]
     if switches and gpu:  # half precision with loss scaling: GPUs only
         rows["train.py 16-mixed"] = lambda e: [*train, f"trainer.max_epochs={e}", "trainer.precision=16-mixed"]
     return rows

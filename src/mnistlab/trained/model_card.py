@@ -53,7 +53,18 @@ def describe(checkpoint: dict[str, Any], net: nn.Module, datamodule: Any, inputs
         "output": _meaning(names, outputs, classes),
         **({} if classes is None else {"classes": classes}),
         "network": loading.network_config(checkpoint),
+        "weights": weights(checkpoint),
     }
+
+
+def weights(checkpoint: dict[str, Any]) -> str:
+    """Which weights a checkpoint's ``state_dict`` holds: as trained, or their moving average (callbacks=ema:
+    Lightning's WeightAveraging keeps the trained ones beside it, as ``current_model_state``)."""
+    if "current_model_state" not in checkpoint:
+        return "as trained"
+    callbacks = (checkpoint.get("config") or {}).get("callbacks") or {}
+    decays = [c.get("decay") for c in callbacks.values() if isinstance(c, dict) and "decay" in c]
+    return "a moving average of the trained weights" + (f" (exponential, decay {decays[0]})" if decays else "")
 
 
 def flatten(result: Any) -> list[Tensor]:

@@ -61,6 +61,12 @@ RANGES: dict[str, dict[str, Range]] = {
         "every_n_train_steps": at_least(0),
     },
     "lightning.pytorch.callbacks.EarlyStopping": {"patience": at_least(0)},  # taken, and stops at once
+    "lightning.pytorch.callbacks.EMAWeightAveraging": {  # taken, then an average of nothing or of no change
+        "decay": Range("between 0 and 1, both excluded", lambda value: 0 < value < 1),
+        "update_every_n_steps": at_least(1),  # 0: never updated, silently
+        "update_starting_at_step": at_least(0),
+        "update_starting_at_epoch": at_least(0),
+    },
     "torch.optim": {"lr": POSITIVE},  # every optimizer of torch: 0 is taken, and trains nothing
     "ray.train.ScalingConfig": {"num_workers": at_least(1)},
     "mnistlab.runtime.training.stopping.SafeStop": {"check_every_n_steps": at_least(1)},

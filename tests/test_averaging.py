@@ -1,0 +1,83 @@
+"""callbacks=ema: an exponential moving average of the weights validates, is the best checkpoint, is tested, and
+is what eval.py and export.py read; a resumed run ends with the average of one never stopped; DDP ranks
+average as one process does."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
+from mnistlab.runtime.config import hydra_versions
+from mnistlab.runtime.run import run_folder
+from mnistlab.tasks import evaluate, train
+from mnistlab.trained import model_card
+from mnistlab.trained.exporting import export
+
+from composing import EVERY_7_STEPS, ROOT, TRUST_SUITE, compose_config
+from running import assert_trained_as_one_process, last_checkpoint, train_like_one_process
+
+# A decay that lets a short run's average move away from its start, from step 5 on.
+EMA = ["callbacks=ema", "callbacks.ema.decay=0.9", "callbacks.ema.update_starting_at_step=5"]
+RUN = [*EMA, "trainer.max_epochs=2", "trainer.limit_train_batches=20", "trainer.limit_val_batches=4", "logger=none"]
+
+
+@pytest.fixture(scope="module")
+def averaged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
+    out = tmp_path_factory.mktemp("averaged")
+    return out, train(compose_config("train", out, RUN))
+
+
+def _best(run: Path) -> Path:
+    (best,) = run_folder.checkpoints(run).glob("epoch*.ckpt")
+    return best
+
+
+def test_the_best_checkpoint_holds_the_average_and_the_run_tests_it_as_eval_does(averaged, tmp_path: Path) -> None:
+    run, metrics = averaged
+    checkpoint = load_checkpoint(str(_best(run)))
+    moved = [name for name, value in checkpoint["state_dict"].items() if value.is_floating_point()]
+    assert any((checkpoint["state_dict"][n] - checkpoint["current_model_state"][n]).abs().max() > 1e-3 for n in moved)
+    # The run's test (trainer.test of the best checkpoint, in the Trainer that fit) and eval.py agree: both the
+    # average. Lightning's own callback tests the trained weights there.
+    evaluated = evaluate(compose_config("eval", tmp_path, [*EMA, f"ckpt_path={_best(run)}", "logger=none"]))
+    assert evaluated["test/acc"] == metrics["test/acc"] and evaluated["test/loss"] == pytest.approx(
+        metrics["test/loss"]
+    )
+
+
+def test_every_export_is_the_average_and_its_card_says_so(averaged, tmp_path: Path) -> None:
+    run, _ = averaged
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
+        overrides = [f"ckpt_path={_best(run)}", "format=safetensors", f"paths.output_dir={tmp_path}", TRUST_SUITE]
+        path = export(compose("export", overrides))  # compared with the checkpoint's state_dict: the average
+    from safetensors.torch import load_file
+
+    exported = load_file(path)
+    checkpoint = load_checkpoint(str(_best(run)))
+    for name, value in exported.items():
+        assert torch.equal(value, checkpoint["state_dict"][f"net.{name}"]), name
+    assert model_card.read(path)["weights"] == "a moving average of the trained weights (exponential, decay 0.9)"
+
+
+def test_a_run_resumed_mid_epoch_ends_with_the_average_of_one_never_stopped(averaged, tmp_path: Path) -> None:
+    whole, _ = averaged
+    train(compose_config("train", tmp_path / "stopped", [*RUN, *EVERY_7_STEPS, "trainer.max_epochs=1", "test=false"]))
+    mid_epoch = run_folder.checkpoints(tmp_path / "stopped") / "step14.ckpt"
+    train(compose_config("train", tmp_path / "resumed", [*RUN, f"ckpt_path={mid_epoch}"]))
+    ended, resumed = last_checkpoint(whole), last_checkpoint(tmp_path / "resumed")
+    assert resumed["global_step"] == ended["global_step"] == 40
+    for key in ("state_dict", "current_model_state"):  # the average, and the weights it averages
+        for name, value in ended[key].items():
+            torch.testing.assert_close(resumed[key][name], value, rtol=0, atol=0, msg=f"{key}: {name}")
+
+
+@pytest.mark.slow
+def test_two_ddp_ranks_average_as_one_process_does(tmp_path: Path) -> None:
+    one = train_like_one_process(tmp_path / "one", *EMA)
+    two = train_like_one_process(tmp_path / "two", *EMA, "strategy=ddp", "trainer.devices=2")
+    assert_trained_as_one_process(two, one)  # the checkpoints' state_dict: the averages
+    ended, other = last_checkpoint(one), last_checkpoint(two)
+    for name, value in ended["current_model_state"].items():  # and the weights they average
+        torch.testing.assert_close(other["current_model_state"][name], value, rtol=1e-4, atol=3e-4, msg=name)
