@@ -128,12 +128,12 @@ STOPS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("stop", "ranks", "resumed_on"), [("SIGTERM", 2, 2), ("SIGKILL", 4, 2)])
+@pytest.mark.parametrize(("stop", "ranks", "resumed_on"), [("SIGKILL", 1, 1), ("SIGTERM", 2, 2), ("SIGKILL", 4, 2)])
 def test_a_streamed_run_stopped_mid_epoch_resumes_with_each_sample_once(
     stop: str, ranks: int, resumed_on: int, chunks: Path, tmp_path: Path
 ) -> None:
-    """DDP ranks stopped at step 23 of epoch 0's 32; ``resume=`` on as many ranks, or on 2 of 4 (a node lost):
-    each sample of each epoch trained on exactly once, over the ranks, before the stop and after."""
+    """1, 2 or 4 DDP ranks stopped at step 23 of epoch 0's 32; ``resume=`` on as many ranks, or on 2 of 4 (a node
+    lost): each sample of each epoch trained on exactly once, over the ranks, before the stop and after."""
     ddp = ["strategy=ddp", "trainer.accelerator=cpu", "allow_cpu_oversubscription=true", "logger=none"]
     common = [*STREAMED, f"data.input_dir={chunks}", "trainer.max_epochs=2", "trainer.limit_val_batches=2", *ddp]
     result = run_script(
