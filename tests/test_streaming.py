@@ -242,6 +242,11 @@ def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_sec
         refused.returncode == 1
         and "Error: cannot read the chunks in s3://no-such-bucket/suite/train: " in refused.stderr
     )
+    # An endpoint that does not answer: one line within data.timeout's tries (LitData alone retries 1,000 times).
+    silent = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    command = processes.python("train.py", *STREAMED, "data.input_dir=s3://data/suite", "data.timeout=2", logs)
+    refused = processes.run(command, env=silent, timeout=120)
+    assert refused.returncode == 1 and "Error: cannot read the chunks in s3://data/suite/train: " in refused.stderr
 
 
 @pytest.mark.slow

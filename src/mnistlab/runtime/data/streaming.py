@@ -87,12 +87,13 @@ class StreamingDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         max_cache_size: str | None = None,
         transform: Callable[[Tensor], Tensor] | None = None,
+        timeout: float = 30.0,
     ) -> None:
         super().__init__()
         self.input_dir = input_dir.rstrip("/")
         self.batch_size, self.shuffle_seed, self.num_workers = batch_size, shuffle_seed, num_workers
         self.fields, self.cache_dir, self.max_cache_size = list(fields), cache_dir, max_cache_size
-        self.transform = transform
+        self.transform, self.timeout = transform, timeout
         self.datasets: dict[str, StreamingDataset] = {}
         self.meta: dict[str, Any] = {}
 
@@ -132,12 +133,22 @@ class StreamingDataModule(L.LightningDataModule):
                 # Training: LitData's rule (in DDP each rank drops its last partial batch, so that all step as
                 # often); evaluation never drops one, so every sample counts once.
                 drop_last=None if split == "train" else False,
+                storage_options=self._storage_options(),
             )
         except Exception as err:  # a missing file or bucket, refused credentials: botocore's own kinds too
             raise InputError(
                 f"cannot read the chunks in {self.input_dir}/{split}: {' '.join(str(err).split())} (a bucket's "
                 "endpoint and credentials come from the environment: docs/streaming.md)"
             ) from err
+
+    def _storage_options(self) -> dict[str, Any]:
+        """A bucket's client: LitData's retries a request that gets no answer up to 1,000 times (a wrong endpoint
+        waits for ever); here each try waits ``timeout`` seconds, three tries in all."""
+        if not self.remote:
+            return {}
+        from botocore.config import Config
+
+        return {"config": Config(connect_timeout=self.timeout, read_timeout=self.timeout, retries={"max_attempts": 3})}
 
     def _loader(self, split: str) -> ResumableLoader:
         world_size = self.trainer.world_size if self.trainer else 1
