@@ -86,8 +86,8 @@ def main() -> None:
                 ]
                 seconds[name].append(epoch_seconds([*command, f"paths.log_dir={out}"], out))
         accuracy = {}
-        for name in ("from memory", "streamed, local chunks"):
-            out = Path(folder, f"accuracy-{name.split()[0]}")
+        for number, name in enumerate(("from memory", "streamed, local chunks")):
+            out = Path(folder, f"accuracy-{number}")
             wall(
                 [sys.executable, "train.py", *runs[name], "logger=none", "trainer.max_epochs=1", f"paths.log_dir={out}"]
             )
