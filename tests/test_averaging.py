@@ -1,5 +1,5 @@
 """callbacks=ema: an exponential moving average of the weights validates, is the best checkpoint, is tested, and
-is what eval.py and export.py read; a resumed run ends with the average of one never stopped; DDP ranks
+is what eval.py, export.py and serve.py read; a resumed run ends with the average of one never stopped; DDP ranks
 average as one process does."""
 
 from pathlib import Path
@@ -12,10 +12,11 @@ from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run import run_folder
 from mnistlab.tasks import evaluate, train
-from mnistlab.trained import model_card
+from mnistlab.trained import inference, model_card
 from mnistlab.trained.exporting import export
 
-from composing import EVERY_7_STEPS, ROOT, TRUST_SUITE, compose_config
+import suite_task
+from composing import EVERY_7_STEPS, ROOT, TRUST_SUITE, TRUSTED, compose_config
 from running import assert_trained_as_one_process, last_checkpoint, train_like_one_process
 
 # A decay that lets a short run's average move away from its start, from step 5 on.
@@ -59,6 +60,19 @@ def test_every_export_is_the_average_and_its_card_says_so(averaged, tmp_path: Pa
     for name, value in exported.items():
         assert torch.equal(value, checkpoint["state_dict"][f"net.{name}"]), name
     assert model_card.read(path)["weights"] == "a moving average of the trained weights (exponential, decay 0.9)"
+
+
+def test_the_served_model_answers_with_the_average(averaged) -> None:
+    """serve.py's model (trained/inference.py: what /predict runs) computes the average's outputs."""
+    best = _best(averaged[0])
+    served, checkpoint = inference.load(best, trusted=TRUSTED), load_checkpoint(str(best))
+    inputs = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    (answered,) = served.run(inputs.numpy()).values()
+    net = suite_task.Net()  # tests/conf/model/suite.yaml's
+    for key, same in (("state_dict", True), ("current_model_state", False)):  # the average; the trained weights
+        net.load_state_dict({k.removeprefix("net."): v for k, v in checkpoint[key].items() if k.startswith("net.")})
+        with torch.no_grad():
+            assert torch.allclose(torch.from_numpy(answered), net(inputs), atol=1e-6) == same, key
 
 
 def test_a_run_resumed_mid_epoch_ends_with_the_average_of_one_never_stopped(averaged, tmp_path: Path) -> None:
