@@ -3,7 +3,7 @@
 ``stream.py`` writes a data module's splits as chunks (``chunks.py``): ``<input_dir>/train``, ``val`` and
 ``test``, one record a sample with its fields (``id``, ``input``, ``target``), and ``meta.json`` (what the
 source data module said of its inputs and classes, for the model card). :class:`StreamingDataModule` reads
-them from a folder or from ``s3://`` (LitData downloads chunks into a cache beside the run, ahead of need).
+them from a folder or from ``s3://`` (LitData downloads chunks ahead of need into a cache on each node).
 
 Where the bucket is and who may read it come from the environment, as the AWS tools read them
 (``AWS_ENDPOINT_URL`` for an S3-compatible server, ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``,
@@ -19,6 +19,9 @@ What the machinery adds to LitData, each measured where LitData alone fell short
 - Validation and test never drop a sample (``drop_last=False``): each rank streams its own share, so every
   sample counts once on any number of ranks; training drops the last partial batch of each rank (LitData's
   rule in DDP), so every rank steps as often as the others.
+- A bucket that does not answer is one line after ``timeout`` seconds a try, three tries (LitData alone retries
+  1,000 times); from an ``http://`` endpoint, LitData's boto3 downloader fetches the chunks (its obstore one
+  cannot: ``runtime/run/internals.py``).
 """
 
 import json
