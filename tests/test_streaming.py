@@ -94,6 +94,16 @@ def test_training_from_a_mid_epoch_checkpoint_sees_the_rest_of_the_epoch_then_wh
         assert sorted(ids) == list(range(SIZES["train_size"])), epoch
 
 
+def test_a_run_resumed_from_an_epochs_end_trains_the_next_epoch_whole(chunks: Path, tmp_path: Path) -> None:
+    run = [*STREAMED, f"data.input_dir={chunks}", "trainer.limit_val_batches=2", "test=false", "logger=none"]
+    train(compose_config("train", tmp_path / "first", [*run, "trainer.max_epochs=1"]))
+    last = run_folder.last_checkpoint(tmp_path / "first")
+    train(compose_config("train", tmp_path / "next", [*run, "trainer.max_epochs=2", f"ckpt_path={last}"]))
+    (lines,) = _samples(tmp_path / "next").values()
+    assert {line["epoch"] for line in lines} == {1}
+    assert sorted(_per_epoch(lines)[1]) == list(range(SIZES["train_size"]))
+
+
 def test_a_streamed_run_evaluates_every_sample_once_and_learns_as_from_memory(chunks: Path, tmp_path: Path) -> None:
     epochs = ["trainer.max_epochs=3", "logger=none"]
     sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
