@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 def write(datamodule: L.LightningDataModule, output: str, chunk_bytes: str, overwrite: bool) -> dict[str, int]:
     """Write ``datamodule``'s train, val and test splits under ``output``; return how many samples each has."""
-    remote = "://" in output
+    remote = streaming.is_remote(output)
     if remote:
         streaming.bucket_and_prefix(output)  # refused now unless S3, before anything is read or written
     if not remote and not overwrite and (held := [s for s in SPLITS if any(Path(output, s).glob("*"))]):

@@ -98,17 +98,22 @@ class StreamingDataModule(L.LightningDataModule):
         self.fields, self.cache_dir, self.max_cache_size = list(fields), cache_dir, max_cache_size
         self.transform, self.timeout = transform, timeout
         self.datasets: dict[str, StreamingDataset] = {}
-        self.meta: dict[str, Any] = {}
+        self._meta: dict[str, Any] | None = None  # read once, at the first setup
 
     @property
     def remote(self) -> bool:
-        return "://" in self.input_dir
+        return is_remote(self.input_dir)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """``meta.json`` of the chunks (empty before ``setup`` and for chunks not written by stream.py)."""
+        return self._meta or {}
 
     def prepare_data(self) -> None:
         """A local folder is checked here, in one line; a bucket when LitData first reads its index."""
         if self.remote:
             return
-        missing = [split for split in SPLITS if not (Path(self.input_dir) / split / "index.json").is_file()]
+        missing = [index.parent.name for index in self.data_files() if not index.is_file()]
         if missing:
             raise InputError(
                 f"data.input_dir={self.input_dir} holds no chunks for {', '.join(missing)} (no <split>/index.json): "
@@ -122,8 +127,8 @@ class StreamingDataModule(L.LightningDataModule):
         for split in splits:
             if split not in self.datasets:
                 self.datasets[split] = self._dataset(split)
-        if not self.meta:
-            self.meta = read_meta(self.input_dir)
+        if self._meta is None:
+            self._meta = read_meta(self.input_dir)
 
     def _dataset(self, split: str) -> StreamingDataset:
         try:
@@ -192,6 +197,11 @@ class StreamingDataModule(L.LightningDataModule):
         return self.meta.get("classes")
 
 
+def is_remote(location: str) -> bool:
+    """A bucket's URL (``s3://...``), not a folder."""
+    return "://" in location
+
+
 def bucket_and_prefix(url: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; only S3 (and S3-compatible servers) is written to."""
     if not url.startswith("s3://"):
@@ -206,7 +216,7 @@ def key(prefix: str, name: str) -> str:
 
 def write_meta(output: str, meta: dict[str, Any]) -> None:
     text = json.dumps(meta, indent=2)
-    if "://" not in output:
+    if not is_remote(output):
         Path(output, META).write_text(text)
         return
     import boto3  # LitData's own dependency; the environment's credentials and endpoint (see above)
@@ -217,7 +227,7 @@ def write_meta(output: str, meta: dict[str, Any]) -> None:
 
 def read_meta(input_dir: str) -> dict[str, Any]:
     """``meta.json`` of chunks written by stream.py; empty for chunks written otherwise (or not on S3)."""
-    if "://" not in input_dir:
+    if not is_remote(input_dir):
         path = Path(input_dir, META)
         return json.loads(path.read_text()) if path.is_file() else {}
     if not input_dir.startswith("s3://"):

@@ -6,6 +6,7 @@ and torch the specifiers admit, pre-releases included) says so before a user doe
 Read from: lightning 2.6.6, torch 2.15.0, ray 2.60.0, optuna 5.1.0, litdata 0.2.76 (uv.lock).
 """
 
+import functools
 import threading
 from datetime import timedelta
 from typing import Any
@@ -96,6 +97,7 @@ def optuna_trial_id(trial: Any) -> int:
     return int(trial._trial_id)
 
 
+@functools.cache  # once a process: it builds a boto3 client
 def litdata_downloads_over_plain_http() -> None:
     """LitData 0.2.76 downloads chunks with obstore, which it configures without ``allow_http``: from an S3
     endpoint over plain HTTP (a MinIO on a private network, the tests' S3 server) every chunk fails with
