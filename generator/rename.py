@@ -31,6 +31,10 @@ NAME = "mnistlab"
 LOCK = "uv.lock"  # the exact, hashed versions `uv sync` installs (README: Set up)
 TEMPLATE = Path(__file__).resolve().parents[1]
 BLANK = TEMPLATE / "generator" / "blank"  # the placeholders, under the template's names, copied over it
+BLANK_REPLACES = [".schemas"]  # folders of generator/blank/ that replace the template's whole (generator/schemas.py)
+# An editor's modeline, which a conf/ file holds before its first line of text (json_schemas.MODELINE; the
+# project's package cannot be imported here, in copier's environment).
+MODELINE = "# yaml-language-server:"
 # What belongs to the MNIST example says so itself (src/mnistlab/example/__init__.py): whatever lies in a
 # folder named example/, and a file whose first line (after a Hydra "# @package" line; a notebook's: its first
 # cell's) carries this mark. The example left out (--example=False), they go.
@@ -187,7 +191,7 @@ def _section(text: str, name: str, keep: bool) -> str:
 def leave_out_example(root: Path, files: list[str]) -> list[str]:
     """The MNIST example's own files out, the placeholders in (``conf/data/default.yaml`` names theirs);
     returns the rendered files as they are now. Only rendered files go: a notebook of the user's stays."""
-    gone = [name for name in files if is_example(root, name)]
+    gone = [name for name in files if is_example(root, name) or name.split("/")[0] in BLANK_REPLACES]
     for name in gone:
         (root / name).unlink()
         _prune(root, (root / name).parent)
@@ -211,7 +215,7 @@ def _first_line(path: Path) -> str:
     if path.suffix == ".ipynb":
         cells = json.loads(text).get("cells") or [{"source": ""}]
         text = "".join(cells[0]["source"])
-    lines = [line for line in text.splitlines() if not line.startswith("# @")]
+    lines = [line for line in text.splitlines() if not line.startswith(("# @", MODELINE))]
     return lines[0] if lines else ""
 
 

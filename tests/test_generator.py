@@ -362,7 +362,8 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
 # docs/make-it-yours.md: each walk-through is a section of files (```lang title="path") and rm commands.
 WALKTHROUGH = ROOT / "docs" / "make-it-yours.md"
 VARIANTS = {"classifier": "## An RGB classifier", "regression": "## A regression"}
-USERS_FILES = re.compile(r"src/shapes_lab/(data|network|module|regression)\.py|conf/(data|model)/.*")
+USERS_FILES = re.compile(r"src/shapes_lab/(data|network|module|regression)\.py|conf/(data|model)/.*|\.schemas/.*")
+SCHEMAS = "shapes_lab.runtime.config.json_schemas"  # the command that writes them, in the walk-through's project
 
 
 def _walkthrough(variant: str) -> str:
@@ -381,8 +382,11 @@ def _replace_the_example(project: Path, variant: str) -> None:
         (project / path).write_text(text)
     for commands in re.findall(r"(?ms)^```bash\n(.*?)^```$", section):
         for line in commands.splitlines():
-            assert line.startswith("rm "), line  # the guide only removes: nothing else runs here
-            subprocess.run(line, shell=True, cwd=project, check=True, timeout=60)
+            # The guide removes files and writes the schemas of conf/ (python -m ...): nothing else runs here.
+            assert line.startswith(("rm ", f"python -m {SCHEMAS}")), line
+            command = line.replace("python ", f"{sys.executable} ", 1)
+            env = os.environ | {"PYTHONPATH": str(project / "src")}
+            subprocess.run(command, shell=True, cwd=project, env=env, check=True, timeout=120)
 
 
 def _contents(project: Path) -> dict[str, bytes]:

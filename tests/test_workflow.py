@@ -12,6 +12,8 @@ import check_jsonschema.builtin_schemas.vendor as vendored
 from jsonschema.validators import validator_for
 from ruamel.yaml import YAML
 
+from mnistlab.runtime.config import json_schemas
+
 from composing import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "tests.yml"
@@ -65,9 +67,13 @@ def test_the_docs_home_shows_the_readmes_set_up() -> None:
 
 
 def test_the_scheduled_lock_upgrade_tests_the_lock_it_leaves() -> None:
-    """Monday's job upgrades uv.lock, runs the fast tier on exactly that lock, and keeps it to commit."""
+    """Monday's job upgrades uv.lock, writes conf/'s schemas for its releases, runs the fast tier on exactly
+    that lock, and keeps both to commit."""
     lock = _load(WORKFLOW)["jobs"]["lock"]
     runs = _runs(lock)
     assert "uv lock --upgrade" in runs[0] and runs[-1].startswith('uv run --locked pytest -m "not slow"')
+    assert runs[-2] == f"uv run --locked python -m {json_schemas.__name__}"
     (upload,) = [step for step in lock["steps"] if step.get("uses", "").startswith("actions/upload-artifact@")]
-    assert upload["with"]["path"] == "uv.lock" and lock["steps"][-1] is upload  # only after the tests passed
+    assert upload["with"]["path"].split() == ["uv.lock", f"{json_schemas.FOLDER}/"]
+    assert upload["with"]["include-hidden-files"] is True  # .schemas/ is a hidden folder
+    assert lock["steps"][-1] is upload  # only after the tests passed

@@ -11,12 +11,14 @@ release renamed it).
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Range:
     description: str  # what is allowed, as the refusal says it: "at least -1"
     numbers: Callable[[int | float], bool]  # whether a number (never a bool) is in range
+    schema: dict[str, Any]  # the same range in JSON Schema, for editors (json_schemas.py; a test checks they agree)
 
     def fits(self, value: object) -> bool:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -25,16 +27,22 @@ class Range:
 
 
 def at_least(low: int) -> Range:
-    return Range(f"at least {low}", lambda value: value >= low)
+    return Range(f"at least {low}", lambda value: value >= low, {"minimum": low})
 
 
-POSITIVE = Range("greater than 0", lambda value: value > 0)
+POSITIVE = Range("greater than 0", lambda value: value > 0, {"exclusiveMinimum": 0})
 # Lightning's limit_*_batches and overfit_batches: a float is a fraction of the batches, an int a count.
 FRACTION_OR_COUNT = Range(
     "a fraction from 0.0 to 1.0 or a count of at least 0",
     lambda value: 0 <= value <= 1 if isinstance(value, float) else value >= 0,
+    # JSON Schema's "integer" takes 2.0 too: a whole float is read as a count there (YAML keeps 2.0 a float)
+    {"anyOf": [{"type": "integer", "minimum": 0}, {"minimum": 0, "maximum": 1}]},
 )
-DEVICES = Range("at least 1, or -1 (all of them)", lambda value: value >= 1 or value == -1)
+DEVICES = Range(
+    "at least 1, or -1 (all of them)",
+    lambda value: value >= 1 or value == -1,
+    {"anyOf": [{"minimum": 1}, {"const": -1}]},
+)
 
 RANGES: dict[str, dict[str, Range]] = {
     "lightning.pytorch.Trainer": {
@@ -62,7 +70,11 @@ RANGES: dict[str, dict[str, Range]] = {
     },
     "lightning.pytorch.callbacks.EarlyStopping": {"patience": at_least(0)},  # taken, and stops at once
     "lightning.pytorch.callbacks.EMAWeightAveraging": {  # taken, then an average of nothing or of no change
-        "decay": Range("between 0 and 1, both excluded", lambda value: 0 < value < 1),
+        "decay": Range(
+            "between 0 and 1, both excluded",
+            lambda value: 0 < value < 1,
+            {"exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        ),
         "update_every_n_steps": at_least(1),  # 0: never updated, silently
         "update_starting_at_step": at_least(0),
         "update_starting_at_epoch": at_least(0),

@@ -114,7 +114,13 @@ class EvalConfig(RunConfig):
     ckpt_path: str
 
 
-class PredictConfig(Node):
+class Trust(Node):
+    """conf/trust.yaml, read by the entry points that rebuild a checkpoint's network."""
+
+    trusted_modules: list[str]  # the modules a checkpoint's config may name
+
+
+class PredictConfig(Trust):
     task_name: str
     ckpt_path: str
     input: str
@@ -123,24 +129,22 @@ class PredictConfig(Node):
     max_pixels: Positive
     batch_size: Positive
     device: Literal["auto", "cpu", "cuda"]
-    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
 
-class ExportConfig(Node):
+class ExportConfig(Trust):
     task_name: str
     ckpt_path: str
     format: Literal["export", "onnx", "safetensors", "torchscript"]
     output_dir: str
     check_images: Positive
     tolerance: PositiveFloat
-    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
 
-class ServeConfig(Node):
+class ServeConfig(Trust):
     task_name: str
     ckpt_path: str
     host: str
@@ -154,12 +158,11 @@ class ServeConfig(Node):
     max_body_bytes: Positive
     timeout: PositiveFloat | int
     decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments
-    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
 
-class DemoConfig(Node):
+class DemoConfig(Trust):
     task_name: str
     ckpt_path: str
     host: str
@@ -168,7 +171,6 @@ class DemoConfig(Node):
     brush: Positive
     canvas: Annotated[int, Field(ge=28)]
     decode: dict[str, Any]  # a _partial_ function of conf/decode/: its keys are its arguments
-    trusted_modules: list[str]  # conf/trust.yaml: the modules a checkpoint's config may name
     paths: Paths
     hydra: Any = None
 
@@ -177,6 +179,21 @@ class StreamConfig(RunConfig):
     output: str
     chunk_bytes: str
     overwrite: bool
+
+
+# The schema of each primary config of conf/ (and of the two its entry points share): what the entry point
+# checks, and what json_schemas.py gives editors for the file.
+PRIMARY: dict[str, type[Node]] = {
+    "train": TrainConfig,
+    "eval": EvalConfig,
+    "run": RunConfig,
+    "stream": StreamConfig,
+    "predict": PredictConfig,
+    "export": ExportConfig,
+    "serve": ServeConfig,
+    "demo": DemoConfig,
+    "trust": Trust,
+}
 
 
 def check(cfg: DictConfig, schema: type[Node]) -> None:

@@ -14,6 +14,7 @@ statically (a class built at run time, an annotation of another type) is left to
 
 import ast
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -359,31 +360,53 @@ def _decorator_name(node: ast.expr) -> str:
     return _dotted(node.func if isinstance(node, ast.Call) else node).rpartition(".")[2]
 
 
-# What each plain annotation admits of a config value (YAML's: int, float, str, bool, None, list, dict).
-SIMPLE: dict[str, tuple[str, Any]] = {
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
-    "str": ("a string", lambda v: isinstance(v, str)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "Path": ("a path", lambda v: isinstance(v, str)),
-    "PathLike": ("a path", lambda v: isinstance(v, str)),
-    "list": ("a list", lambda v: isinstance(v, list)),
-    "List": ("a list", lambda v: isinstance(v, list)),
-    "Sequence": ("a list", lambda v: isinstance(v, list)),
-    "tuple": ("a list", lambda v: isinstance(v, list)),
-    "Tuple": ("a list", lambda v: isinstance(v, list)),
-    "dict": ("a mapping", lambda v: isinstance(v, dict)),
-    "Dict": ("a mapping", lambda v: isinstance(v, dict)),
-    "Mapping": ("a mapping", lambda v: isinstance(v, dict)),
-    "None": ("null", lambda v: v is None),
+# What each plain annotation admits of a config value (YAML's: int, float, str, bool, None, list, dict): how a
+# refusal says it, whether a value is one, and its JSON Schema (json_schemas.py, for editors).
+SIMPLE: dict[str, tuple[str, Callable[[Any], bool], dict[str, str]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool), {"type": "integer"}),
+    "float": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool), {"type": "number"}),
+    "str": ("a string", lambda v: isinstance(v, str), {"type": "string"}),
+    "bool": ("true or false", lambda v: isinstance(v, bool), {"type": "boolean"}),
+    "Path": ("a path", lambda v: isinstance(v, str), {"type": "string"}),
+    "PathLike": ("a path", lambda v: isinstance(v, str), {"type": "string"}),
+    "list": ("a list", lambda v: isinstance(v, list), {"type": "array"}),
+    "List": ("a list", lambda v: isinstance(v, list), {"type": "array"}),
+    "Sequence": ("a list", lambda v: isinstance(v, list), {"type": "array"}),
+    "tuple": ("a list", lambda v: isinstance(v, list), {"type": "array"}),
+    "Tuple": ("a list", lambda v: isinstance(v, list), {"type": "array"}),
+    "dict": ("a mapping", lambda v: isinstance(v, dict), {"type": "object"}),
+    "Dict": ("a mapping", lambda v: isinstance(v, dict), {"type": "object"}),
+    "Mapping": ("a mapping", lambda v: isinstance(v, dict), {"type": "object"}),
+    "None": ("null", lambda v: v is None, {"type": "null"}),
 }
 
 
-def _mismatch(value: Any, annotation: ast.expr, where: Found, hops: int = 0) -> str | None:
-    """What ``annotation`` (written in the module of ``where``) asks for, where ``value`` is not that; None
-    where it fits or cannot be told."""
-    if isinstance(value, dict) and "_target_" in value or hops > MAX_HOPS:
-        return None  # instantiated: its type is known only at run time
+@dataclass(frozen=True)
+class Admitted:
+    """One kind of value an annotation admits: a plain type (a key of SIMPLE), or the values of a Literal."""
+
+    simple: str | None = None
+    literal: tuple[Any, ...] = ()
+
+    @property
+    def description(self) -> str:
+        return SIMPLE[self.simple][0] if self.simple else " or ".join(repr(a) for a in self.literal)
+
+    def fits(self, value: Any) -> bool:
+        if self.simple:
+            return SIMPLE[self.simple][1](value)
+        return any(value == a and type(value) is type(a) for a in self.literal)
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        return dict(SIMPLE[self.simple][2]) if self.simple else {"enum": list(self.literal)}
+
+
+def admitted(annotation: ast.expr, where: Found, hops: int = 0) -> list[Admitted] | None:
+    """The kinds of value ``annotation`` (written in the module of ``where``) admits; None where the source
+    cannot tell (a class of its own, an annotation of another type): then any value may do."""
+    if hops > MAX_HOPS:
+        return None
     if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # "Foo": a forward reference
         try:
             annotation = ast.parse(annotation.value, mode="eval").body
@@ -391,28 +414,34 @@ def _mismatch(value: Any, annotation: ast.expr, where: Found, hops: int = 0) -> 
             return None
     members = _union(annotation)
     if members is not None:
-        wanted = [_mismatch(value, member, where, hops) for member in members]
-        return None if None in wanted else " or ".join(dict.fromkeys(w for w in wanted if w))
+        kinds = [admitted(member, where, hops) for member in members]
+        return None if any(k is None for k in kinds) else [kind for k in kinds for kind in k or ()]
     if isinstance(annotation, ast.Constant) and annotation.value is None:
-        return None if value is None else "null"
+        return [Admitted("None")]
     if isinstance(annotation, ast.Subscript):
-        outer = _dotted(annotation.value).rpartition(".")[2]
-        if outer == "Literal":
+        if _dotted(annotation.value).rpartition(".")[2] == "Literal":
             options = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
-            allowed = [o.value for o in options if isinstance(o, ast.Constant)]
-            if len(allowed) < len(options):
-                return None
-            fits = any(value == a and type(value) is type(a) for a in allowed)
-            return None if fits else " or ".join(repr(a) for a in allowed)
+            values = tuple(o.value for o in options if isinstance(o, ast.Constant))
+            return [Admitted(literal=values)] if len(values) == len(options) else None
         annotation = annotation.value  # list[int]: a list (its items are the target's business)
     name = _dotted(annotation).rpartition(".")[2]
     if name not in SIMPLE:  # an alias of the module's (_PRECISION_INPUT = Literal[...]), or a class of its own
         alias = _resolve(where, _dotted(annotation)) if _dotted(annotation) else None
         if alias is None or not isinstance(alias.definition, ast.expr):
             return None
-        return _mismatch(value, alias.definition, alias, hops + 1)
-    description, fits = SIMPLE[name]
-    return None if fits(value) else description
+        return admitted(alias.definition, alias, hops + 1)
+    return [Admitted(name)]
+
+
+def _mismatch(value: Any, annotation: ast.expr, where: Found) -> str | None:
+    """What ``annotation`` (written in the module of ``where``) asks for, where ``value`` is not that; None
+    where it fits or cannot be told."""
+    if isinstance(value, dict) and "_target_" in value:
+        return None  # instantiated: its type is known only at run time
+    kinds = admitted(annotation, where)
+    if kinds is None or any(kind.fits(value) for kind in kinds):
+        return None
+    return " or ".join(dict.fromkeys(kind.description for kind in kinds))
 
 
 def _union(annotation: ast.expr) -> list[ast.expr] | None:

@@ -1,9 +1,9 @@
-"""The private parts of Lightning, torch, Ray and Optuna that the machinery relies on, in one place: each
-with why no public API serves, and the version it was read from. A new release that moves one breaks
+"""The private parts of Lightning, torch, Ray, Optuna, LitData and Hydra that the machinery relies on, in one
+place: each with why no public API serves, and the version it was read from. A new release that moves one breaks
 here, and the canary (``.ci/frameworks-next``: the fast tier and a DDP run against the newest Lightning
 and torch the specifiers admit, pre-releases included) says so before a user does.
 
-Read from: lightning 2.6.6, torch 2.15.0, ray 2.60.0, optuna 5.1.0, litdata 0.2.76 (uv.lock).
+Read from: lightning 2.6.6, torch 2.15.0, ray 2.60.0, optuna 5.1.0, litdata 0.2.76, hydra-core 1.3.8 (uv.lock).
 """
 
 import functools
@@ -108,3 +108,11 @@ def litdata_downloads_over_plain_http() -> None:
 
     if boto3.client("s3").meta.endpoint_url.startswith("http://"):
         downloader._OBSTORE_AVAILABLE = False
+
+
+def hydra_package(text: str) -> str | None:
+    """The package a config file's header names (``# @package _global_``), as Hydra reads it: its header
+    ends at the first line that is not ``# @...`` (``ConfigSource._get_header_dict``; no public reader)."""
+    from hydra.plugins.config_source import ConfigSource
+
+    return ConfigSource._get_header_dict(text)["package"]
