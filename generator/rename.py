@@ -199,7 +199,8 @@ def leave_out_example(root: Path, files: list[str]) -> list[str]:
     for name in blank:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(BLANK / name, root / name)
-    return [name for name in files if name not in gone] + [name for name in blank if name not in files]
+    kept = [name for name in files if name not in gone]
+    return kept + [name for name in blank if name not in kept]
 
 
 def is_example(root: Path, name: str) -> bool:
