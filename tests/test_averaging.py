@@ -2,11 +2,15 @@
 is what eval.py, export.py and serve.py read; a resumed run ends with the average of one never stopped; DDP ranks
 average as one process does."""
 
+import csv
 from pathlib import Path
 
+import lightning as L
+import optuna
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
 
 from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.config import hydra_versions
@@ -16,8 +20,8 @@ from mnistlab.trained import inference, model_card
 from mnistlab.trained.exporting import export
 
 import suite_task
-from composing import EVERY_7_STEPS, ROOT, TRUST_SUITE, TRUSTED, compose_config
-from running import assert_trained_as_one_process, last_checkpoint, train_like_one_process
+from composing import EVERY_7_STEPS, ROOT, SHORT, TRUST_SUITE, TRUSTED, compose_config
+from running import assert_trained_as_one_process, last_checkpoint, run_script, train_like_one_process
 
 # A decay that lets a short run's average move away from its start, from step 5 on.
 EMA = ["callbacks=ema", "callbacks.ema.decay=0.9", "callbacks.ema.update_starting_at_step=5"]
@@ -46,6 +50,22 @@ def test_the_best_checkpoint_holds_the_average_and_the_run_tests_it_as_eval_does
     assert evaluated["test/acc"] == metrics["test/acc"] and evaluated["test/loss"] == pytest.approx(
         metrics["test/loss"]
     )
+
+
+def test_validation_and_so_what_sweeps_rank_by_is_the_averages(averaged, tmp_path: Path) -> None:
+    """The last validation's metrics (what <monitor>_best, the best checkpoint, the sweep table and Optuna rank
+    by) are those of the average, validated again from last.ckpt; the trained weights score otherwise."""
+    run, metrics = averaged
+    cfg = compose_config("train", tmp_path, RUN)
+    checkpoint = last_checkpoint(run)
+    scores = {}
+    for key in ("state_dict", "current_model_state"):  # the average; the weights it averages
+        module, data = instantiate(cfg.model), instantiate(cfg.data)
+        module.load_state_dict(checkpoint[key])
+        trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, limit_val_batches=4, enable_progress_bar=False)
+        (scores[key],) = trainer.validate(module, datamodule=data, verbose=False)
+    assert scores["state_dict"]["val/loss"] == pytest.approx(metrics["val/loss"], rel=1e-6)
+    assert scores["current_model_state"]["val/loss"] != pytest.approx(metrics["val/loss"], rel=1e-3)
 
 
 def test_every_export_is_the_average_and_its_card_says_so(averaged, tmp_path: Path) -> None:
@@ -95,3 +115,25 @@ def test_two_ddp_ranks_average_as_one_process_does(tmp_path: Path) -> None:
     ended, other = last_checkpoint(one), last_checkpoint(two)
     for name, value in ended["current_model_state"].items():  # and the weights they average
         torch.testing.assert_close(other["current_model_state"][name], value, rtol=1e-4, atol=3e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_ranks_each_trial_by_its_averages_metric(tmp_path: Path) -> None:
+    """Each trial's value in the study, and its row of the sweep table, is <monitor>_best of its job: the best
+    validation of the average (test_validation_and_so_what_sweeps_rank_by_is_the_averages), whose weights the
+    job's best checkpoint holds."""
+    search = ["-m", "hparams_search=mnist_optuna", "hydra.sweeper.n_trials=2", *EMA, *SHORT, "logger=none"]
+    result = run_script("train.py", *search, f"paths.log_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    multiruns = tmp_path / "train" / "multiruns"
+    study = optuna.load_study(study_name="mnist_optuna", storage=f"sqlite:///{multiruns}/optuna.db")
+    (sweep,) = [p for p in multiruns.iterdir() if p.is_dir()]
+    with (sweep / "summary.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [t.value for t in study.trials] == pytest.approx([float(row["val/acc_best"]) for row in rows], rel=1e-5)
+    for trial in study.trials:
+        checkpoint = load_checkpoint(str(_best(sweep / str(trial.number))))
+        (score,) = [s["best_model_score"] for s in checkpoint["callbacks"].values() if s.get("monitor") == "val/acc"]
+        assert float(score) == pytest.approx(trial.value, rel=1e-6)
+        moved = [n for n, v in checkpoint["state_dict"].items() if v.is_floating_point()]
+        assert any((checkpoint["state_dict"][n] - checkpoint["current_model_state"][n]).abs().max() > 0 for n in moved)
