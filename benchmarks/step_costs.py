@@ -8,7 +8,9 @@ Each callback's cost is the time its hooks took, epoch-end work (checkpoint writ
 reduction) spread over the epoch's steps. Timed inside one process, these are steadier than the
 difference of two runs' epochs: this machine's epochs vary by 3-10% between runs, 20-80 us a step,
 more than most single callbacks cost. The profiler adds about 1 us to each timed call; the rows
-count the calls a step, so that can be taken off."""
+count the calls a step, so that can be taken off. The run adds ``callbacks=ema`` (no default): its row,
+``EMAWeightAveraging``, is what a moving average of the weights costs a step (its update after each
+optimizer step, its swaps around each validation)."""
 
 import json
 import statistics
@@ -87,7 +89,7 @@ def measure(repeats: int, gpu: bool) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as out:
         times = Path(out) / "hook_times.json"
         command = [sys.executable, "train.py", f"trainer.accelerator={'gpu' if gpu else 'cpu'}", "test=false"]
-        command += [f"paths.log_dir={out}", f"trainer.max_epochs={EPOCHS}", "debug=profiler"]
+        command += [f"paths.log_dir={out}", f"trainer.max_epochs={EPOCHS}", "debug=profiler", "callbacks=ema"]
         command += ["+callbacks.hook_times._target_=step_costs.HookTimes", f"+callbacks.hook_times.path={times}"]
         for _ in range(repeats):
             wall(["env", f"PYTHONPATH={ROOT / 'benchmarks'}", *command])

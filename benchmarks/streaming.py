@@ -5,8 +5,11 @@ Writes MNIST as LitData chunks (``stream.py``) into a temporary folder and into 
 loopback (moto's, as the tests start it), then times, alternating the runs, the steady-state epoch of
 ``train.py`` (``test=false``, 4 epochs, the median of epochs 2-4) fed four ways: from memory (``data=mnist``),
 by a ``DataLoader`` over the files (``benchmarks/usual_data.py``), streamed from the folder and from the
-bucket (``data=mnist_stream``); and the 1-epoch test accuracy from memory and streamed. Prints the medians,
-samples a second and the ratios, and writes them as JSON to outputs/benchmarks/. Run it alone.
+bucket (``data=mnist_stream``); the 1-epoch test accuracy from memory and streamed; and what a resume costs:
+the seconds from the command to the end of one training step, started afresh and started from a checkpoint
+in the middle of the first epoch (the bucket's with an empty cache each time, as on a node that joins).
+Prints the medians, samples a second and the ratios, and writes them as JSON to outputs/benchmarks/. Run it
+alone.
 """
 
 import argparse
@@ -25,6 +28,16 @@ from pathlib import Path
 from timing import EPOCHS, ROOT, epoch_seconds, publish, wall
 
 TRAINING_IMAGES = 55_000  # MNIST's training split, as conf/data/mnist.yaml holds out 5,000
+MID_EPOCH = 400  # the step a resumed run starts from: the middle of the first epoch (860 batches of 64)
+QUIET = ["test=false", "logger=none"]
+# A run that stops at MID_EPOCH with a checkpoint of that step.
+STOPPED = [
+    f"trainer.max_steps={MID_EPOCH}",
+    "callbacks.model_checkpoint.monitor=null",
+    "callbacks.model_checkpoint.filename='step{step}'",
+    f"callbacks.model_checkpoint.every_n_train_steps={MID_EPOCH}",
+    "callbacks.model_checkpoint.every_n_epochs=null",
+]
 
 
 @contextmanager
@@ -54,6 +67,26 @@ def bucket() -> Iterator[str]:
         server.terminate()
 
 
+def resume_costs(data: list[str], folder: Path, repeats: int) -> tuple[float, float]:
+    """The median seconds from the command to the end of one training step: started afresh, and started from
+    a checkpoint of step MID_EPOCH (each with a cache of its own, empty: a bucket's chunks fetched anew)."""
+    env = ["env", f"PYTHONPATH={ROOT / 'benchmarks'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"]  # usual_data
+    train = [*env, sys.executable, "train.py", *data, *QUIET]
+
+    def cache(out: Path) -> list[str]:  # a streamed run's (other data modules take no such key)
+        return [f"data.cache_dir={out}/cache"] if "data=mnist_stream" in data else []
+
+    wall([*train, *STOPPED, *cache(folder), f"paths.log_dir={folder}/stopped"])
+    (checkpoint,) = Path(folder, "stopped").rglob(f"step{MID_EPOCH}.ckpt")
+    seconds: dict[str, list[float]] = {"fresh": [], "resumed": []}
+    for repeat in range(repeats):
+        for kind, start in (("fresh", ["trainer.max_steps=1"]), ("resumed", [f"ckpt_path={checkpoint}"])):
+            out = Path(folder, f"{kind}-{repeat}")
+            steps = [f"trainer.max_steps={MID_EPOCH + 1}"] if kind == "resumed" else []
+            seconds[kind].append(wall([*train, *start, *steps, *cache(out), f"paths.log_dir={out}"]))
+    return statistics.median(seconds["fresh"]), statistics.median(seconds["resumed"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -66,33 +99,26 @@ def main() -> None:
             "from memory": ["data=mnist"],
             "DataLoader over files": ["data._target_=usual_data.TorchvisionMNIST"],
             "streamed, local chunks": ["data=mnist_stream", f"data.input_dir={chunks}"],
-            "streamed, loopback bucket": [
-                "data=mnist_stream",
-                f"data.input_dir={remote}",
-                f"data.cache_dir={folder}/cache",
-            ],
+            "streamed, loopback bucket": ["data=mnist_stream", f"data.input_dir={remote}"],
         }
+        cache = {name: [f"data.cache_dir={folder}/cache"] if "bucket" in name else [] for name in runs}
         seconds: dict[str, list[float]] = {name: [] for name in runs}
         for repeat in range(args.repeats):
             for number, (name, data) in enumerate(runs.items()):
                 out = Path(folder, f"run-{number}-{repeat}")
-                command = [
-                    sys.executable,
-                    "train.py",
-                    *data,
-                    "test=false",
-                    "logger=none",
-                    f"trainer.max_epochs={EPOCHS}",
-                ]
+                command = [sys.executable, "train.py", *data, *cache[name], *QUIET, f"trainer.max_epochs={EPOCHS}"]
                 seconds[name].append(epoch_seconds([*command, f"paths.log_dir={out}"], out))
         accuracy = {}
         for number, name in enumerate(("from memory", "streamed, local chunks")):
             out = Path(folder, f"accuracy-{number}")
-            wall(
-                [sys.executable, "train.py", *runs[name], "logger=none", "trainer.max_epochs=1", f"paths.log_dir={out}"]
-            )
+            command = [sys.executable, "train.py", *runs[name], *cache[name], "logger=none", "trainer.max_epochs=1"]
+            wall([*command, f"paths.log_dir={out}"])
             (metrics,) = out.rglob("metrics.json")
             accuracy[name] = json.loads(metrics.read_text())["test/acc"]
+        starts = {
+            name: resume_costs(data, Path(folder, f"resume-{n}"), args.repeats)
+            for n, (name, data) in enumerate(runs.items())
+        }
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     rows: dict[str, object] = {}
     for name, value in medians.items():
@@ -100,6 +126,10 @@ def main() -> None:
         rows[f"samples/s, {name}"] = round(TRAINING_IMAGES / value)
         rows[f"epoch / from memory, {name}"] = round(value / medians["from memory"], 2)
     rows |= {f"test/acc after 1 epoch, {name}": round(value, 4) for name, value in accuracy.items()}
+    for name, (fresh, resumed) in starts.items():
+        rows[f"command to 1st step (s, median), {name}, fresh"] = round(fresh, 2)
+        rows[f"command to 1st step (s, median), {name}, from step {MID_EPOCH}"] = round(resumed, 2)
+        rows[f"resumed / fresh, {name}"] = round(resumed / fresh, 2)
     publish(rows, ROOT / "outputs" / "benchmarks", "streaming")
 
 

@@ -3,6 +3,8 @@ bucket; every sample once per epoch across ranks, after a kill and on another nu
 
 import json
 import os
+import random
+import shutil
 from pathlib import Path
 
 import kubeflow
@@ -13,7 +15,7 @@ import torch
 from mnistlab.runtime.config import schema
 from mnistlab.runtime.data.streaming import StreamingDataModule
 from mnistlab.runtime.run import run_folder
-from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.failures import InputError, RunStopped
 from mnistlab.tasks import stream, train
 
 import processes
@@ -104,6 +106,42 @@ def test_a_run_resumed_from_an_epochs_end_trains_the_next_epoch_whole(chunks: Pa
     assert sorted(_per_epoch(lines)[1]) == list(range(SIZES["train_size"]))
 
 
+@pytest.mark.parametrize("fault", ["deleted", "damaged"])
+def test_a_chunk_deleted_or_damaged_mid_run_stops_it_in_one_line_and_its_checkpoint_resumes(
+    fault: str, chunks: Path, tmp_path: Path
+) -> None:
+    """A training chunk gone, or overwritten with noise, after stream.py wrote it: the run stops in one line
+    with the resume command when it reaches that chunk (LitData alone: a timeout or a KeyError from deep in
+    its decoder); last.ckpt, written before, is whole, and continues the run once the chunk is back."""
+    copy = tmp_path / "chunks"
+    shutil.copytree(chunks, copy)
+    chunk = copy / "train" / "chunk-0-20.bin"
+    if fault == "deleted":
+        chunk.unlink()
+    else:
+        damaged = bytearray(chunk.read_bytes())
+        damaged[100:4000] = bytes(random.Random(0).randrange(256) for _ in range(3900))
+        chunk.write_bytes(bytes(damaged))
+    run = [*STREAMED, f"data.input_dir={copy}", "trainer.max_epochs=1", "trainer.limit_val_batches=2", "test=false"]
+    run += [*EVERY_5_STEPS, "logger=none"]
+    with pytest.raises(RunStopped) as stopped:
+        train(compose_config("train", tmp_path / "run", run))
+    said = str(stopped.value)
+    assert said.startswith("Stopped at step ") and f"a chunk of {copy} cannot be read (" in said
+    assert said.endswith(f"Continue with: python train.py resume={tmp_path / 'run'}") and "\n" not in said
+    step = int(said.removeprefix("Stopped at step ").split(":")[0])
+    last = run_folder.last_checkpoint(tmp_path / "run")
+    saved = torch.load(last, weights_only=True)["global_step"]
+    assert 0 < saved <= step < SIZES["train_size"] // 32
+    shutil.copyfile(chunks / "train" / chunk.name, chunk)  # the chunks whole again
+    train(compose_config("train", tmp_path / "resumed", [*run, f"ckpt_path={last}"]))
+    (stopped,), (resumed,) = (_samples(tmp_path / name).values() for name in ("run", "resumed"))
+    seen = [i for line in stopped if line["step"] < saved for i in line["ids"]] + [
+        i for line in resumed for i in line["ids"]
+    ]
+    assert sorted(seen) == list(range(SIZES["train_size"]))  # the epoch, each sample once
+
+
 def test_a_streamed_run_evaluates_every_sample_once_and_learns_as_from_memory(chunks: Path, tmp_path: Path) -> None:
     epochs = ["trainer.max_epochs=3", "logger=none"]
     sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
@@ -184,32 +222,39 @@ def test_a_streamed_run_stopped_mid_epoch_resumes_with_each_sample_once(
 
 @pytest.fixture
 def s3(tmp_path: Path) -> dict[str, str]:
-    """An S3 server (moto's, on this machine) and the environment a user's shell gives: endpoint and keys."""
+    """An S3 server (moto's, on this machine) that checks credentials, as a real one does, and the environment
+    a user's shell gives: endpoint and keys (an IAM user's, allowed everything)."""
     port = free_port()
-    server = processes.start(["moto_server", "-H", "127.0.0.1", "-p", port], output=(tmp_path / "moto.txt").open("w"))
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "AKIDSTREAMTEST",
-        "AWS_SECRET_ACCESS_KEY": "a-secret-never-written-anywhere-7f3c",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
+    # The first 3 requests (the user, its key, its policy) need none; every request after them is signed.
+    server = processes.start(
+        ["env", "INITIAL_NO_AUTH_ACTION_COUNT=3", "moto_server", "-H", "127.0.0.1", "-p", port],
+        output=(tmp_path / "moto.txt").open("w"),
+    )
     import boto3
 
-    def bucket() -> bool:
-        try:
-            boto3.client(
-                "s3",
-                endpoint_url=env["AWS_ENDPOINT_URL"],
-                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-                region_name="us-east-1",
-            ).create_bucket(Bucket="data")
-            return True
-        except Exception:  # noqa: BLE001 (not listening yet)
-            return server.poll() is None and False
+    endpoint = {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}
+    unsigned = {"aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
 
-    processes.until(bucket, 60, lambda: (tmp_path / "moto.txt").read_text()[-2000:], every=0.3)
-    return env
+    def user() -> dict[str, str] | None:
+        try:
+            iam = boto3.client("iam", **endpoint, **unsigned)
+            iam.create_user(UserName="trainer")
+        except Exception:  # noqa: BLE001 (not listening yet)
+            assert server.poll() is None, (tmp_path / "moto.txt").read_text()[-2000:]
+            return None
+        key = iam.create_access_key(UserName="trainer")["AccessKey"]
+        allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="trainer", PolicyName="all", PolicyDocument=json.dumps(allow))
+        return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+    keys = processes.until(user, 60, lambda: (tmp_path / "moto.txt").read_text()[-2000:], every=0.3)
+    boto3.client(
+        "s3",
+        **endpoint,
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+    ).create_bucket(Bucket="data")
+    return {"AWS_ENDPOINT_URL": endpoint["endpoint_url"], "AWS_DEFAULT_REGION": "us-east-1", **keys}
 
 
 @pytest.mark.slow
@@ -252,6 +297,16 @@ def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_sec
         refused.returncode == 1
         and "Error: cannot read the chunks in s3://no-such-bucket/suite/train: " in refused.stderr
     )
+    # Credentials the bucket refuses: one line, to write and to read.
+    wrong = {**env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    command = processes.python("stream.py", *SUITE, "output=s3://data/other", *sizes, logs)
+    refused = processes.run(command, env=wrong)
+    assert refused.returncode == 1 and "Error: cannot write to s3://data/other: " in refused.stderr
+    assert "SignatureDoesNotMatch" in refused.stderr.splitlines()[-1]
+    command = processes.python("train.py", *STREAMED, "data.input_dir=s3://data/suite", "trainer.max_epochs=1", logs)
+    refused = processes.run(command, env=wrong)
+    assert refused.returncode == 1 and "Error: cannot read the chunks in s3://data/suite/train: " in refused.stderr
+    assert "(403)" in refused.stderr.splitlines()[-1] and "refused these credentials" in refused.stderr.splitlines()[-1]
     # An endpoint that does not answer: one line within data.timeout's tries (LitData alone retries 1,000 times).
     silent = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
     command = processes.python("train.py", *STREAMED, "data.input_dir=s3://data/suite", "data.timeout=2", logs)

@@ -334,7 +334,7 @@ def _names_its_class(file: ConfFile, package: list[ConfFile]) -> bool:
 
 
 def _is_beside(default: Any, file: ConfFile, package: list[ConfFile]) -> bool:
-    """Whether a defaults entry names a file of ``file``'s folder: ``mnist``, ``/data/stream@_here_``."""
+    """Whether a defaults entry names a file of ``file``'s folder: ``default``, ``/data/stream@_here_``."""
     if not isinstance(default, str):
         return False
     name = default.partition("@")[0]

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
 from litdata import StreamingDataLoader, StreamingDataset
 from torch import Tensor
 from torch.utils.data import default_collate
 
 from mnistlab.runtime.config.checks import indivisible_batch
 from mnistlab.runtime.run import internals
-from mnistlab.runtime.run.failures import InputError
+from mnistlab.runtime.run.failures import InputError, RunStopped, continue_line
 
 SPLITS = ("train", "val", "test")
 META = "meta.json"  # beside the splits: what the source data module said (chunks.py writes it)
@@ -54,16 +55,24 @@ class Fields:
 
 
 class ResumableLoader(StreamingDataLoader):
-    """LitData's loader, whose epoch after a resumed one starts afresh.
+    """LitData's loader, whose epoch after a resumed one starts afresh, and whose chunks that cannot be read
+    stop the run in one line.
 
     ``load_state_dict`` sets LitData's ``restore``, cleared only when an iteration runs to its end; Lightning
     stops at the epoch's length without reaching it, so the next epoch would replay the resumed one's rest
     (measured: 50 batches instead of 100, the same samples again). The first iteration after a load replays
     the rest of the epoch; any later one is a new epoch.
+
+    A chunk deleted or damaged after stream.py wrote it fails deep in LitData, in words of its own (a timeout
+    waiting for a file, a ``KeyError`` decoding a dtype): ``unreadable`` turns that into the run's failure.
     """
 
     _replaying = False
     restore: bool  # LitData's: set by load_state_dict, cleared at an iteration's end
+
+    def __init__(self, *args: Any, unreadable: Callable[[Exception], Exception], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unreadable = unreadable
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
         super().load_state_dict(obj)
@@ -73,7 +82,17 @@ class ResumableLoader(StreamingDataLoader):
         if self.restore and not self._replaying:
             self.restore = False
         self._replaying = False
-        return super().__iter__()
+        return self._batches(super().__iter__())
+
+    def _batches(self, batches: Any) -> Any:
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                return
+            except Exception as err:  # LitData's, reading a chunk: whatever it was, the chunk is unreadable
+                raise self.unreadable(err) from err
+            yield batch
 
 
 class StreamingDataModule(L.LightningDataModule):
@@ -145,8 +164,7 @@ class StreamingDataModule(L.LightningDataModule):
             )
         except Exception as err:  # a missing file or bucket, refused credentials: botocore's own kinds too
             raise InputError(
-                f"cannot read the chunks in {self.input_dir}/{split}: {' '.join(str(err).split())} (a bucket's "
-                "endpoint and credentials come from the environment: docs/streaming.md)"
+                f"cannot read the chunks in {self.input_dir}/{split}: {' '.join(str(err).split())} ({_hint(err)})"
             ) from err
 
     def _storage_options(self) -> dict[str, Any]:
@@ -164,7 +182,27 @@ class StreamingDataModule(L.LightningDataModule):
             raise InputError(indivisible_batch(self.batch_size, world_size))
         per_rank = -(-self.batch_size // world_size)  # evaluation: the batch rounded up, nothing dropped
         return ResumableLoader(
-            self.datasets[split], batch_size=per_rank, num_workers=self.num_workers, collate_fn=Fields(self.fields)
+            self.datasets[split],
+            batch_size=per_rank,
+            num_workers=self.num_workers,
+            collate_fn=Fields(self.fields),
+            unreadable=self._unreadable,
+        )
+
+    def _unreadable(self, err: Exception) -> Exception:
+        """A chunk that could not be read, as the run's failure: one line naming it, and while fitting how to
+        continue from the last checkpoint once the chunks are whole again (nothing is saved now)."""
+        said = " ".join(str(err).split())[:300]
+        message = (
+            f"a chunk of {self.input_dir} cannot be read ({type(err).__name__}: {said}): deleted or damaged since "
+            f"stream.py wrote it; write the chunks again (python stream.py ... output={self.input_dir} overwrite=true)"
+        )
+        trainer = self.trainer
+        if trainer is None or trainer.state.fn != TrainerFn.FITTING:  # evaluate again, once they are whole
+            return InputError(message)
+        return RunStopped(
+            f"Stopped at step {trainer.global_step}: {message}. {continue_line(trainer.default_root_dir)}",
+            exit_code=1,
         )
 
     def train_dataloader(self) -> ResumableLoader:
@@ -223,6 +261,17 @@ def write_meta(output: str, meta: dict[str, Any]) -> None:
 
     bucket, prefix = bucket_and_prefix(output)
     boto3.client("s3").put_object(Bucket=bucket, Key=key(prefix, META), Body=text.encode())
+
+
+def _hint(err: Exception) -> str:
+    """What to look at when a bucket's chunks cannot be read."""
+    status = getattr(err, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if status == 403:  # a wrong key or secret, or a user the bucket does not admit (HEAD has no code but 403)
+        return (
+            "the bucket refused these credentials: check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, "
+            "in the environment of every node"
+        )
+    return "a bucket's endpoint and credentials come from the environment: docs/streaming.md"
 
 
 def read_meta(input_dir: str) -> dict[str, Any]:
