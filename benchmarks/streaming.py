@@ -32,7 +32,7 @@ MID_EPOCH = 400  # the step a resumed run starts from: the middle of the first e
 QUIET = ["test=false", "logger=none"]
 # A run that stops at MID_EPOCH with a checkpoint of that step.
 STOPPED = [
-    f"trainer.max_steps={MID_EPOCH}",
+    f"+trainer.max_steps={MID_EPOCH}",
     "callbacks.model_checkpoint.monitor=null",
     "callbacks.model_checkpoint.filename='step{step}'",
     f"callbacks.model_checkpoint.every_n_train_steps={MID_EPOCH}",
@@ -71,7 +71,8 @@ def resume_costs(data: list[str], folder: Path, repeats: int) -> tuple[float, fl
     """The median seconds from the command to the end of one training step: started afresh, and started from
     a checkpoint of step MID_EPOCH (each with a cache of its own, empty: a bucket's chunks fetched anew)."""
     env = ["env", f"PYTHONPATH={ROOT / 'benchmarks'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"]  # usual_data
-    train = [*env, sys.executable, "train.py", *data, *QUIET]
+    # Stopped by max_steps mid-epoch, a run ends its epoch unvalidated: early stopping has nothing to read.
+    train = [*env, sys.executable, "train.py", *data, *QUIET, "callbacks.early_stopping=null"]
 
     def cache(out: Path) -> list[str]:  # a streamed run's (other data modules take no such key)
         return [f"data.cache_dir={out}/cache"] if "data=mnist_stream" in data else []
@@ -80,9 +81,9 @@ def resume_costs(data: list[str], folder: Path, repeats: int) -> tuple[float, fl
     (checkpoint,) = Path(folder, "stopped").rglob(f"step{MID_EPOCH}.ckpt")
     seconds: dict[str, list[float]] = {"fresh": [], "resumed": []}
     for repeat in range(repeats):
-        for kind, start in (("fresh", ["trainer.max_steps=1"]), ("resumed", [f"ckpt_path={checkpoint}"])):
+        for kind, start in (("fresh", ["+trainer.max_steps=1"]), ("resumed", [f"ckpt_path={checkpoint}"])):
             out = Path(folder, f"{kind}-{repeat}")
-            steps = [f"trainer.max_steps={MID_EPOCH + 1}"] if kind == "resumed" else []
+            steps = [f"+trainer.max_steps={MID_EPOCH + 1}"] if kind == "resumed" else []
             seconds[kind].append(wall([*train, *start, *steps, *cache(out), f"paths.log_dir={out}"]))
     return statistics.median(seconds["fresh"]), statistics.median(seconds["resumed"])
 

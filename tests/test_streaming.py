@@ -271,10 +271,20 @@ def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_sec
     assert result.returncode == 0, result.stderr[-3000:]
     ddp = ["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=1"]
     source = ["data.input_dir=s3://data/suite", f"data.cache_dir={tmp_path / 'cache'}"]
-    command = processes.python("train.py", *STREAMED, *source, *ddp, logs)
+    command = processes.python("train.py", *STREAMED, *source, *ddp, *EVERY_7_STEPS, logs)
     trained = processes.run(command, env=env)
     assert trained.returncode == 0, trained.stderr[-3000:]
     run = one_run(tmp_path / "logs")
+    # From its mid-epoch checkpoint on a node whose cache is elsewhere (LitData alone refuses: its state holds
+    # the cache's path): the rest of the epoch, each sample once with the steps before.
+    elsewhere = [f"data.cache_dir={tmp_path / 'other-cache'}", f"paths.log_dir={tmp_path / 'resumed'}"]
+    middle = f"ckpt_path={run_folder.checkpoints(run) / 'step14.ckpt'}"
+    command = processes.python("train.py", *STREAMED, source[0], *ddp, middle, "test=false", *elsewhere)
+    resumed = processes.run(command, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    before = [i for lines in _samples(run).values() for line in lines if line["step"] < 14 for i in line["ids"]]
+    after = [i for lines in _samples(one_run(tmp_path / "resumed")).values() for line in lines for i in line["ids"]]
+    assert sorted(before + after) == list(range(SIZES["train_size"]))
     metrics = json.loads((run / run_folder.METRICS_FILE).read_text())
     assert metrics["test/samples"] == SIZES["test_size"]
     assert sorted(i for lines in _samples(run).values() for line in lines for i in line["ids"]) == list(

@@ -69,6 +69,7 @@ assert set(HYDRA_KEYS) | {"_target_"} == signatures.HYDRA_KEYS | {"defaults"}
 @dataclass(frozen=True)
 class ConfFile:
     path: Path
+    primary: bool  # at the top of conf/: an entry point's config (train.yaml), or one they share (run.yaml)
     package: str  # where its content lands: "" for the root, "data", "model.scheduler"
     content: Any  # as YAML reads it
 
@@ -77,7 +78,7 @@ class ConfFile:
         """The file of .schemas/ that describes it."""
         if self.package:
             return f"{self.package}.json"
-        return f"{self.path.stem if self.path.parent.name == 'conf' else GLOBAL_ENTRY}.json"
+        return f"{self.path.stem if self.primary else GLOBAL_ENTRY}.json"
 
 
 def read_conf(conf: Path) -> list[ConfFile]:
@@ -91,7 +92,7 @@ def read_conf(conf: Path) -> list[ConfFile]:
             content = yaml.safe_load(text)
         except yaml.YAMLError as err:
             raise InputError(f"{path}: not YAML ({str(err).splitlines()[0]})") from None
-        files.append(ConfFile(path, package, content))
+        files.append(ConfFile(path, path.parent == conf, package, content))
     return files
 
 
@@ -113,7 +114,7 @@ def generate(conf: Path) -> dict[str, dict[str, Any]]:
         definitions[f"arguments of {target}"] = arguments
         definitions[target] = _with_required(target, required)
     packages = list(dict.fromkeys(f.package for f in files if f.package))
-    models = {f.schema: schema.PRIMARY.get(f.path.stem) for f in files if not f.package and f.path.parent == conf}
+    models = {f.schema: schema.PRIMARY.get(f.path.stem) for f in files if f.primary}
     roots = {name: _model_schema(model, definitions, packages) for name, model in models.items() if model}
     for package in packages:
         definitions[f"group {package}"] = _package(package, [f for f in files if f.package == package])

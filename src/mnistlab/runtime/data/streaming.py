@@ -63,8 +63,13 @@ class ResumableLoader(StreamingDataLoader):
     (measured: 50 batches instead of 100, the same samples again). The first iteration after a load replays
     the rest of the epoch; any later one is a new epoch.
 
+    LitData's state holds where a bucket's chunks were cached, and refuses another place: a node that joins, or
+    another ``cache_dir``, could not resume. The bucket (its URL, still checked) is the data; the cache is
+    this node's, so the state is given this loader's.
+
     A chunk deleted or damaged after stream.py wrote it fails deep in LitData, in words of its own (a timeout
     waiting for a file, a ``KeyError`` decoding a dtype): ``unreadable`` turns that into the run's failure.
+    A state that does not fit these chunks fails at the first batch of the restored iteration: the user's input.
     """
 
     _replaying = False
@@ -75,23 +80,31 @@ class ResumableLoader(StreamingDataLoader):
         self.unreadable = unreadable
 
     def load_state_dict(self, obj: dict[str, Any]) -> None:
+        state = obj.get("dataset", {})
+        if state.get("input_dir_url") and state["input_dir_url"] == self.dataset.input_dir.url:
+            obj = {**obj, "dataset": {**state, "input_dir_path": None, "cache_dir_path": self.dataset.cache_dir.path}}
         super().load_state_dict(obj)
         self._replaying = True
 
     def __iter__(self) -> Any:
         if self.restore and not self._replaying:
             self.restore = False
-        self._replaying = False
-        return self._batches(super().__iter__())
+        restored, self._replaying = self._replaying, False
+        return self._batches(super().__iter__(), restored)
 
-    def _batches(self, batches: Any) -> Any:
+    def _batches(self, batches: Any, restored: bool) -> Any:
         while True:
             try:
                 batch = next(batches)
             except StopIteration:
                 return
+            except ValueError as err:  # the restored state checked against these chunks
+                if not restored:
+                    raise self.unreadable(err) from err
+                raise InputError(f"the checkpoint's position in the stream does not fit these chunks: {err}") from err
             except Exception as err:  # LitData's, reading a chunk: whatever it was, the chunk is unreadable
                 raise self.unreadable(err) from err
+            restored = False
             yield batch
 
 
