@@ -5,8 +5,8 @@ every ``_target_`` that conf/ names, its class's arguments as ``signatures.py`` 
 (with ``bounds.py``'s ranges). ``.schemas/`` holds one file per place a config file's content lands: its
 package (conf/data/*.yaml -> ``data.json``; a primary config, or a ``# @package _global_`` file, -> its entry
 point's, ``train.json``), and ``conf.json``, what they share. Each YAML file of conf/ names its schema in
-its first line, a ``yaml-language-server`` modeline, which the YAML extension of VS Code and the JetBrains
-IDEs read. Run from the project's folder after changing a class's arguments or a ``_target_`` in conf/
+a ``yaml-language-server`` modeline (after a ``# @package`` line: Hydra reads only a header at the very
+top), which the YAML language server of VS Code's YAML extension reads, and the JetBrains IDEs too. Run from the project's folder after changing a class's arguments or a ``_target_`` in conf/
 (the fast tier fails while a schema is stale, tests/test_json_schemas.py):
 
     python -m mnistlab.runtime.config.json_schemas          # writes .schemas/ and the modelines
