@@ -96,9 +96,8 @@ def read_conf(conf: Path) -> list[ConfFile]:
     return files
 
 
-def generate(conf: Path) -> dict[str, dict[str, Any]]:
-    """The files of .schemas/ for the config folder ``conf``, by name."""
-    files = read_conf(conf)
+def generate(files: list[ConfFile]) -> dict[str, dict[str, Any]]:
+    """The files of .schemas/ for the files of a config folder (``read_conf``), by name."""
     targets = list(dict.fromkeys(t for f in files for t in _targets(f.content)))
     definitions = dict(SHARED_DEFINITIONS)
     definitions["node"] = {
@@ -156,8 +155,9 @@ def _expected(root: Path) -> dict[Path, str]:
     conf = root / "conf"
     if not conf.is_dir():
         raise InputError(f"{root} has no conf/ folder: run this from the project's folder")
-    expected = {root / FOLDER / name: json.dumps(body, indent=2) + "\n" for name, body in generate(conf).items()}
-    for file in read_conf(conf):
+    files = read_conf(conf)  # read once: the schemas and the modelines
+    expected = {root / FOLDER / name: json.dumps(body, indent=2) + "\n" for name, body in generate(files).items()}
+    for file in files:
         schema_path = Path(os.path.relpath(root / FOLDER / file.schema, file.path.parent)).as_posix()
         expected[file.path] = _with_modeline(file.path.read_text(), f"{MODELINE}{schema_path}\n")
     return expected
@@ -242,7 +242,7 @@ def _model_schema(model: type[schema.Node], definitions: dict[str, Any], package
     """``model``'s JSON Schema (pydantic's), as files of conf/ are written: any key may be left to another
     file or interpolated, and ``defaults`` lists them; a key with a group of its own is that group's; its
     nested models go into ``definitions``."""
-    made = model.model_json_schema(ref_template=f"{REF}{{model}}")
+    made = model.model_json_schema(ref_template=REF + "{model}")  # pydantic's field for the model's name
     for name, nested in made.pop("$defs", {}).items():
         if name != "Target":
             definitions[name] = _as_written(nested)
