@@ -1,6 +1,7 @@
 """engine=ray (conf/engine/ray.yaml): Ray Train's workers run a run's ranks, on a real Ray cluster of this
 machine (tests/ray_cluster.py: a head and two worker nodes)."""
 
+import ipaddress
 import json
 import os
 import re
@@ -195,6 +196,12 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _loopback(address: str) -> bool:
+    """Whether a listening address of ``ss`` (``127.0.0.1:80``, ``[::ffff:127.0.0.1]:80``, ``*:80``) is loopback."""
+    host = address.rpartition(":")[0].strip("[]").removeprefix("::ffff:")
+    return ipaddress.ip_address(host).is_loopback if host != "*" else False
+
+
 def _children(pid: int) -> dict[int, str]:
     command = ["ps", "-o", "pid=,comm=", "--ppid", str(pid)]
     listed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
@@ -205,7 +212,7 @@ def _children(pid: int) -> dict[int, str]:
 def test_a_local_ray_cluster_keeps_its_token_private_and_ends_with_its_driver(tmp_path: Path) -> None:
     """engine.address null: the driver starts a cluster of this machine for the run. Its token is in no file
     (Ray's default, ~/.ray/auth_token, is readable by every user); a client without it is refused; its
-    processes listen where Ray binds them (listed); SIGKILL of the driver leaves none of them behind."""
+    processes listen on loopback alone; SIGKILL of the driver leaves none of them behind."""
     home = tmp_path / "home"
     home.mkdir()
     command = processes.python(
@@ -219,7 +226,15 @@ def test_a_local_ray_cluster_keeps_its_token_private_and_ends_with_its_driver(tm
     cluster = {driver.pid, raylet, gcs, *_started_by(raylet)}
     sockets = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines()
     listening = {line.split()[3]: line for line in sockets if any(f"pid={pid}," in line for pid in cluster)}
-    print("listening:", *sorted(listening.values()), sep="\n")  # where Ray 2.60 binds: see local_ray.py
+    print("listening:", *sorted(listening.values()), sep="\n")
+    # Every server of Ray's is on loopback. The one exception is torch's: the store of the workers' process
+    # group (a TCPStore, which binds every interface in any DDP run: torch gives it no address), which the
+    # other rank is connected to.
+    elsewhere = [address.rpartition(":")[2] for address in listening if not _loopback(address)]
+    assert len(elsewhere) == 1, listening
+    established = subprocess.run(["ss", "-tnH", "state", "established"], capture_output=True, text=True, check=True)
+    peers = [line.split()[3] for line in established.stdout.splitlines()]
+    assert any(_loopback(peer) and peer.endswith(f":{elsewhere[0]}") for peer in peers), established.stdout
     (gcs_port,) = {address.rpartition(":")[2] for address, line in listening.items() if f"pid={gcs}," in line}
     assert not (home / ".ray").exists()
     token = (Path("/proc") / str(raylet) / "environ").read_bytes().split(b"RAY_AUTH_TOKEN=")[1].split(b"\0")[0]

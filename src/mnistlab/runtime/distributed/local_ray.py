@@ -10,9 +10,11 @@ the run's alone, and gone with it.
   by a minute: they spend 60 s trying to report the raylet's death to the GCS, which is gone too. So a
   reaper, started here in a session of its own, waits on a pipe from the driver and, once the pipe closes
   (the driver ended), kills what is left of the cluster: every process whose environment names its raylet.
-- **Where it listens** is Ray's choice: in Ray 2.60 the GCS, raylet and worker servers bind every
-  interface, and Ray turns a loopback ``_node_ip_address`` into the machine's own address, so no setting
-  of ``ray.init`` keeps them on loopback; the token is their guard (docs/distributed.md, Ray).
+- **It listens on loopback only.** Ray 2.60 binds its GCS, raylet and worker servers to every interface
+  for a node whose address is the machine's own, and ``ray.init`` turns a loopback ``_node_ip_address``
+  into that address. Ray's switch for clusters of one machine (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
+  the default on macOS and Windows) makes the node's address loopback instead, and then every server binds
+  127.0.0.1: nothing of the cluster is reachable from another machine, token or not.
 """
 
 import os
@@ -27,6 +29,7 @@ from typing import Any
 from mnistlab.runtime.run import internals
 
 TOKEN = "RAY_AUTH_TOKEN"  # Ray reads its token from here before ~/.ray/auth_token
+ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": the node's address is loopback
 RAYLET = "RAY_RAYLET_PID"  # in the environment of every process the raylet starts (agents, workers)
 _reaper: subprocess.Popen[bytes] | None = None  # kept: its pipe closes when this process ends
 
@@ -36,6 +39,8 @@ def start(**init: Any) -> None:
     import ray
 
     os.environ[TOKEN] = secrets.token_hex(32)  # inherited by the processes ray.init starts
+    os.environ[ONE_MACHINE] = "0"  # for the processes it starts; this one read it when it imported Ray
+    internals.ray_loopback_node()
     ray.init(**init)
     node = internals.ray_node()
     raylets: list[Any] = node.all_processes.get("raylet", []) if node is not None else []

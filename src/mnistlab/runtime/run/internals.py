@@ -91,6 +91,16 @@ def ray_node() -> Any:
     return ray._private.worker._global_node
 
 
+def ray_loopback_node() -> None:
+    """Make the node this process starts a loopback one, as ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` does
+    where it is set before Ray's import (``ray._private.ray_constants.ENABLE_RAY_CLUSTER``, read by
+    ``services.get_node_ip_address`` at ``ray.init``): the config's checks import Ray's classes before the
+    run starts its cluster, and ``ray.init`` takes no node address that stays loopback."""
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def optuna_trial_id(trial: Any) -> int:
     """An Optuna trial's id in its storage (``_trial_id``): what a storage's calls take, where a trial's
     ``number`` counts within its study only."""
