@@ -399,9 +399,8 @@ def test_a_project_whose_example_is_replaced_passes_its_fast_tier_and_contract(
     variant: str, template: Path, tmp_path: Path
 ) -> None:
     """docs/make-it-yours.md: a project without the example, its placeholders replaced by the user's files
-    alone (an RGB CNN on DataLoaders; a regression of one value per sample with its own LightningModule, val/loss
-    min): the project's
-    fast tier and its contract test pass, none skipped."""
+    alone (an RGB CNN on DataLoaders; a regression of one value per sample with its own LightningModule,
+    val/loss min): the project's fast tier and its contract test pass, none skipped."""
     project = tmp_path / "shapes"
     _copier("copy", "-d", "project_name=Shapes Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
     before = _contents(project)
