@@ -30,7 +30,18 @@ IN_CI = os.environ.get("CI") == "true"  # .ci/run sets it: there, only a hardwar
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which names each item's group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_groups(config, items)
+    _check_yours(items)
     _skip_for_hardware(items)
+
+
+def _check_yours(items: list[pytest.Item]) -> None:
+    """``pytest -m yours`` is what a user runs after replacing the example (and the generator's walk-throughs
+    run): a test that composes their task (``composing.OWN``) or trains it (``trained_example``) carries the
+    mark, or it would pass unseen there."""
+    for item in items:
+        reads = getattr(getattr(item, "module", None), "OWN", None) is OWN or "trained_example" in item.fixturenames
+        if reads and not item.get_closest_marker("yours"):
+            raise pytest.UsageError(f"{item.nodeid} reads your task (OWN, trained_example): mark it yours")
 
 
 def _skip_for_hardware(items: list[pytest.Item]) -> None:

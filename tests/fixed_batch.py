@@ -1,7 +1,9 @@
 """``python tests/fixed_batch.py [key=value ...] +fixed.out=<file> +fixed.steps=N``: train the task conf/
 composes (the user's, by default) for N steps on one fixed global batch, on as many processes as
-``trainer.devices`` with ``strategy=ddp`` says, and save the weights. The contract test runs it on one
-process and on two: a module whose loss and metrics are right under DDP ends with the same weights.
+``trainer.devices`` with ``strategy=ddp`` says, then test on the data module's whole test split, and save
+the weights and the test metrics. The contract test runs it on one process and on two: a module whose loss
+and metrics are right under DDP ends with the same weights, and a data module whose test loader gives each
+rank its own samples (none repeated, none left out) with the same test metrics.
 
 Each rank trains on its share of the batch (rows rank, rank + world, ...), as the template's loaders
 shard every global batch. Dropout is switched off (each rank would draw its own masks) and batch norm
@@ -81,8 +83,11 @@ def _train(cfg: DictConfig) -> None:
         enable_model_summary=False,
     )
     trainer.fit(model, datamodule=FixedBatch(batch, cfg.fixed.steps))
+    # Then the whole test split, as the data module serves it to each rank: its metrics on two ranks are
+    # one process's only if every sample counts once.
+    tested = trainer.test(model, datamodule=instantiate(cfg.data), verbose=False)[0]
     if trainer.is_global_zero:
-        torch.save(model.state_dict(), cfg.fixed.out)
+        torch.save({"state_dict": model.state_dict(), "tested": tested}, cfg.fixed.out)
 
 
 if __name__ == "__main__":

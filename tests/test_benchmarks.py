@@ -10,7 +10,7 @@ from speed import REFUSALS
 
 import processes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.yours]  # yours: the example's checkpoint
 
 
 def test_the_refusal_benchmark_times_each_mistake_against_importing_torch(tmp_path: Path) -> None:

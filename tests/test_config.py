@@ -20,6 +20,8 @@ from mnistlab.tasks import train
 from composing import OWN, ROOT, SUITE, SUITE_DATA, compose_config
 from running import run_script
 
+pytestmark = pytest.mark.yours  # reads your task: pytest -m yours (docs/make-it-yours.md)
+
 CONF = ROOT / "conf"
 USERS = {"data", "model", "model/scheduler", "experiment"}  # the user's groups: composed with the user's other defaults
 GROUPS = [

@@ -19,6 +19,7 @@ import pytest
 import torch
 from hydra.utils import instantiate
 from lightning.fabric.utilities.apply_func import apply_to_collection
+from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import DictConfig
 from torch import Tensor
 
@@ -29,6 +30,8 @@ from mnistlab.tasks import evaluate, train
 import processes
 from composing import OWN, SHORT, compose_config
 from fixed_batch import Repeated
+
+pytestmark = pytest.mark.yours  # reads your task: pytest -m yours (docs/make-it-yours.md)
 
 STEPS = 100  # optimizer steps on one fixed batch
 
@@ -72,17 +75,17 @@ def test_the_monitored_metric_is_logged_and_its_best_returned(trained) -> None:
     assert list(run_folder.checkpoints(out).glob("epoch*.ckpt")), "no best checkpoint: is monitor logged at validation?"
 
 
-def _bare_trainer(steps: int, callback: L.Callback) -> L.Trainer:
-    """Training alone, on the CPU: no validation, logger, checkpoint or progress bar, ``callback`` watching."""
+def _bare_trainer(steps: int, *callbacks: L.Callback) -> L.Trainer:
+    """Training alone, on the CPU: no validation, logger, progress bar or checkpoint but those ``callbacks`` save."""
     return L.Trainer(
         accelerator="cpu",
         max_steps=steps,
         limit_val_batches=0,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=any(isinstance(callback, ModelCheckpoint) for callback in callbacks),
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[callback],
+        callbacks=list(callbacks),
     )
 
 
@@ -131,10 +134,11 @@ def test_eval_tests_the_best_checkpoint_as_training_did(trained, tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_two_ddp_processes_train_as_one(tmp_path: Path) -> None:
+def test_two_ddp_processes_train_and_test_as_one(tmp_path: Path) -> None:
     """The same fixed global batch, on one process and split over two (tests/fixed_batch.py): the same
-    weights after a few steps, if the loss is a mean over the batch and nothing else depends on the rank."""
-    weights = {}
+    weights after a few steps, if the loss is a mean over the batch and nothing else depends on the rank;
+    then the same test metrics over the whole test split, if each sample is tested once on either."""
+    saved = {}
     for devices in (1, 2):
         out = tmp_path / f"{devices}.pt"
         command = processes.python(
@@ -146,10 +150,58 @@ def test_two_ddp_processes_train_as_one(tmp_path: Path) -> None:
         )
         result = processes.run(command, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
-        weights[devices] = torch.load(out, weights_only=True)
-    for name, value in weights[1].items():
+        saved[devices] = torch.load(out, weights_only=True)
+    for name, value in saved[1]["state_dict"].items():
         if value.is_floating_point():
-            torch.testing.assert_close(weights[2][name], value, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+            weights = saved[2]["state_dict"][name]
+            torch.testing.assert_close(weights, value, rtol=1e-4, atol=1e-5, msg=lambda m, n=name: f"{n}: {m}")
+    one, two = saved[1]["tested"], saved[2]["tested"]
+    assert one and two == pytest.approx(one, rel=1e-4, abs=1e-6), (
+        f"tested on two ranks {two}, on one process {one}: does the test loader repeat samples on some rank "
+        "(Lightning's DistributedSampler pads a split that does not divide; runtime/data/in_memory.py and "
+        "runtime/data/streaming.py do not), or does a test metric not reduce over the ranks (sync_dist, torchmetrics)?"
+    )
+
+
+class _Batches(L.Callback):
+    """What each training step was given, as numbers: each tensor of the batch summed (its position kept)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: L.LightningModule, batch: Any, *args: Any) -> None:
+        self.seen.append(apply_to_collection(batch, Tensor, lambda t: t.detach().double().sum().item()))
+
+
+def _resumable(loader: Any) -> bool:
+    """Whether Lightning keeps a loader's place in a checkpoint: it has ``state_dict`` and ``load_state_dict``."""
+    return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
+
+
+def test_a_run_resumed_mid_epoch_goes_on_with_the_batches_of_one_never_stopped(tmp_path: Path) -> None:
+    """A run stopped after a few steps and resumed from its checkpoint trains on the batches a run never
+    stopped trains on, if your training loader keeps its place (``state_dict``/``load_state_dict``: the
+    in-memory and streaming data modules do); a plain ``DataLoader`` starts its epoch again, and Lightning
+    says so when it resumes."""
+    cfg = _own("train", tmp_path, "test=false")
+    steps = 3
+    never_stopped, stopped, resumed = _Batches(), _Batches(), _Batches()
+    saving = ModelCheckpoint(tmp_path, "stopped", every_n_train_steps=steps)  # as a run saves: within the step
+    for trainer in (_bare_trainer(2 * steps, never_stopped), _bare_trainer(steps, stopped, saving)):
+        L.seed_everything(cfg.seed)
+        trainer.fit(instantiate(cfg.model), datamodule=instantiate(cfg.data))
+    L.seed_everything(cfg.seed)
+    trainer = _bare_trainer(2 * steps, resumed)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        trainer.fit(instantiate(cfg.model), datamodule=instantiate(cfg.data), ckpt_path=tmp_path / "stopped.ckpt")
+    if _resumable(trainer.train_dataloader):
+        assert stopped.seen + resumed.seen == never_stopped.seen, (
+            "resumed from a checkpoint of step 3, your training loader gave other batches than in a run never "
+            "stopped: does its load_state_dict restore the place its state_dict gave (and the epoch's order)?"
+        )
+    else:
+        assert any("not resumable" in str(warning.message) for warning in said), [str(w.message) for w in said]
 
 
 class _StepTimes(L.Callback):

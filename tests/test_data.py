@@ -22,6 +22,8 @@ import composing
 import running
 from composing import DATA_DIR, OWN, ROOT, SHORT
 
+pytestmark = pytest.mark.yours  # reads your task: pytest -m yours (docs/make-it-yours.md)
+
 # The example's own tests: they train what conf/ composes by default (the suite's task is the machinery's).
 compose_config = functools.partial(composing.compose_config, task=OWN)
 run_script = functools.partial(running.run_script, task=OWN)

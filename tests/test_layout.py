@@ -12,6 +12,8 @@ import mnistlab
 
 from composing import ROOT, locked_versions
 
+pytestmark = pytest.mark.yours  # reads your task: pytest -m yours (docs/make-it-yours.md)
+
 PACKAGE = Path(mnistlab.__file__).parent
 NAME = PACKAGE.name
 # What each subpackage may import of this package besides itself; the top may import anything.

@@ -23,6 +23,8 @@ from composing import DATA_DIR, ROOT
 from payloads import MARKER
 from running import run_script
 
+pytestmark = pytest.mark.yours  # reads your task: pytest -m yours (docs/make-it-yours.md)
+
 IMAGES = 64
 
 

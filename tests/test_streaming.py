@@ -10,6 +10,7 @@ from pathlib import Path
 import kubeflow
 import pods as namespaces
 import pytest
+import s3_server
 import torch
 
 from mnistlab.runtime.config import schema
@@ -220,49 +221,11 @@ def test_a_streamed_run_stopped_mid_epoch_resumes_with_each_sample_once(
     assert min(line["step"] for lines in after.values() for line in lines) == stopped_at
 
 
-@pytest.fixture
-def s3(tmp_path: Path) -> dict[str, str]:
-    """An S3 server (moto's, on this machine) that checks credentials, as a real one does, and the environment
-    a user's shell gives: endpoint and keys (an IAM user's, allowed everything)."""
-    port = free_port()
-    # The first 3 requests (the user, its key, its policy) need none; every request after them is signed.
-    server = processes.start(
-        ["env", "INITIAL_NO_AUTH_ACTION_COUNT=3", "moto_server", "-H", "127.0.0.1", "-p", port],
-        output=(tmp_path / "moto.txt").open("w"),
-    )
-    import boto3
-
-    endpoint = {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"}
-    unsigned = {"aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
-
-    def user() -> dict[str, str] | None:
-        try:
-            iam = boto3.client("iam", **endpoint, **unsigned)
-            iam.create_user(UserName="trainer")
-        except Exception:  # noqa: BLE001 (not listening yet)
-            assert server.poll() is None, (tmp_path / "moto.txt").read_text()[-2000:]
-            return None
-        key = iam.create_access_key(UserName="trainer")["AccessKey"]
-        allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="trainer", PolicyName="all", PolicyDocument=json.dumps(allow))
-        return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-
-    keys = processes.until(user, 60, lambda: (tmp_path / "moto.txt").read_text()[-2000:], every=0.3)
-    boto3.client(
-        "s3",
-        **endpoint,
-        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
-    ).create_bucket(Bucket="data")
-    return {"AWS_ENDPOINT_URL": endpoint["endpoint_url"], "AWS_DEFAULT_REGION": "us-east-1", **keys}
-
-
 @pytest.mark.slow
-def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_secret(
-    s3: dict[str, str], tmp_path: Path
-) -> None:
+def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_secret(tmp_path: Path) -> None:
     """stream.py writes the suite's data into s3://data/suite; two DDP ranks train from it (chunks cached in
     data.cache_dir) and test on 250 samples, 125 each; the secret key is in no file of the run or its logs."""
+    s3 = s3_server.start(tmp_path / "moto.txt", bucket="data")
     env = {**os.environ, **s3}
     sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
     logs = f"paths.log_dir={tmp_path / 'logs'}"
