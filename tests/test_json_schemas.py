@@ -133,7 +133,7 @@ def test_an_argument_added_to_a_users_class_is_in_its_schema_once_the_command_ru
     module.write_text("class Data:\n    def __init__(self, data_dir: str, batch_size: int = 8):\n        pass\n")
     (tmp_path / "conf" / "data").mkdir(parents=True)
     (tmp_path / "conf" / "data" / "own.yaml").write_text("_target_: own_task.Data\ndata_dir: x\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
     def command(*args: str) -> subprocess.CompletedProcess[str]:
         return processes.run([*COMMAND, *args], cwd=tmp_path, env=env, timeout=120)
