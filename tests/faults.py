@@ -109,3 +109,21 @@ class HangAt(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
         if trainer.global_step == self.step and trainer.global_rank == self.rank and trainer.ckpt_path is None:
             os.kill(os.getpid(), signal_module.SIGSTOP)
+
+
+class FillAt(L.Callback):
+    """Fills the file system of ``folder`` as batch ``step`` starts (a run that starts afresh): another
+    process took the disk's room."""
+
+    def __init__(self, step: int, folder: str) -> None:
+        self.step, self.folder = step, folder
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step == self.step and trainer.ckpt_path is None:
+            try:
+                with open(os.path.join(self.folder, "filler"), "wb") as filler:
+                    while True:
+                        filler.write(bytes(1 << 16))
+                        filler.flush()
+            except OSError:  # full
+                pass

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 import torch
 
 from mnistlab.runtime.run import run_folder
@@ -159,3 +160,17 @@ def serving(
     finally:
         processes.end_group(server)
         server.wait()
+
+
+@contextmanager
+def small_disk(disk: Path, size: str) -> Iterator[Path]:
+    """A file system of ``size`` (tmpfs, ``4m``) mounted at ``disk``: a disk that runs full."""
+    disk.mkdir()
+    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)]
+    mounted = subprocess.run(command, capture_output=True, check=False, timeout=30)
+    if mounted.returncode:
+        pytest.skip(f"mounting a small tmpfs needs root: {mounted.stderr.decode().strip()}")  # in CI: a failure
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)

@@ -5,6 +5,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import kubeflow
@@ -20,6 +21,7 @@ from mnistlab.runtime.run.failures import InputError, RunStopped
 from mnistlab.tasks import stream, train
 
 import processes
+import running
 import suite_task
 from composing import EVERY_7_STEPS, SUITE, SUITE_DATA, compose_config
 from running import free_port, one_run, run_script
@@ -143,6 +145,43 @@ def test_a_chunk_deleted_or_damaged_mid_run_stops_it_in_one_line_and_its_checkpo
     assert sorted(seen) == list(range(SIZES["train_size"]))  # the epoch, each sample once
 
 
+@pytest.mark.slow  # an S3 server: a cache holds only a bucket's chunks
+def test_a_full_cache_folder_stops_the_run_in_one_line_and_its_checkpoint_resumes(
+    chunks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk of data.cache_dir runs full at step 12 (another process took its room): the run stops in one
+    line naming the cache folder and what to do, with the resume command (LitData alone: its download thread's
+    traceback, then a "deleted or damaged" chunk); with room again, last.ckpt continues it, each sample once."""
+    import boto3
+
+    for name, value in s3_server.start(tmp_path / "moto.txt", bucket="data").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it read the environment once: this test's, not a later's
+    client = boto3.client("s3")
+    for path in (path for path in chunks.rglob("*") if path.is_file()):
+        client.upload_file(str(path), "data", f"suite/{path.relative_to(chunks).as_posix()}")
+    with running.small_disk(tmp_path / "cache", "4m") as cache:
+        run = [*STREAMED, "data.input_dir=s3://data/suite", f"data.cache_dir={cache}", "trainer.max_epochs=1"]
+        run += ["trainer.limit_val_batches=2", "test=false", *EVERY_5_STEPS, "logger=none"]
+        fill = ["+callbacks.fill._target_=faults.FillAt", "+callbacks.fill.step=12", f"+callbacks.fill.folder={cache}"]
+        with pytest.raises(RunStopped) as stopped:
+            train(compose_config("train", tmp_path / "run", [*run, *fill]))
+        said = str(stopped.value)
+        assert said.startswith("Stopped at step ") and f"the cache folder {cache} is full (" in said, said
+        assert said.endswith(f"Continue with: python train.py resume={tmp_path / 'run'}") and "\n" not in said
+        step = int(said.removeprefix("Stopped at step ").split(":")[0])
+        last = run_folder.last_checkpoint(tmp_path / "run")
+        saved = torch.load(last, weights_only=True)["global_step"]
+        assert 0 < saved <= step < SIZES["train_size"] // 32
+        (cache / "filler").unlink()  # room again
+        train(compose_config("train", tmp_path / "resumed", [*run, f"ckpt_path={last}"]))
+    (stopped,), (resumed,) = (_samples(tmp_path / name).values() for name in ("run", "resumed"))
+    seen = [i for line in stopped if line["step"] < saved for i in line["ids"]] + [
+        i for line in resumed for i in line["ids"]
+    ]
+    assert sorted(seen) == list(range(SIZES["train_size"]))  # the epoch, each sample once
+
+
 def test_a_streamed_run_evaluates_every_sample_once_and_learns_as_from_memory(chunks: Path, tmp_path: Path) -> None:
     epochs = ["trainer.max_epochs=3", "logger=none"]
     sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
@@ -222,7 +261,9 @@ def test_a_streamed_run_stopped_mid_epoch_resumes_with_each_sample_once(
 
 
 @pytest.mark.slow
-def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_secret(tmp_path: Path) -> None:
+def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """stream.py writes the suite's data into s3://data/suite; two DDP ranks train from it (chunks cached in
     data.cache_dir) and test on 250 samples, 125 each; the secret key is in no file of the run or its logs."""
     s3 = s3_server.start(tmp_path / "moto.txt", bucket="data")
@@ -258,33 +299,38 @@ def test_two_ranks_stream_from_a_bucket_count_every_sample_once_and_write_no_sec
     assert len(written) > 10 and not [p for p in written if secret in p.read_bytes()]
     for printed in (result, trained):
         assert secret not in (printed.stdout + printed.stderr).encode()
-    # A bucket that is not there: one line, to write to it and to read from it.
-    command = processes.python("stream.py", *SUITE, "output=s3://no-such-bucket/suite", *sizes, logs)
-    refused = processes.run(command, env=env)
-    assert refused.returncode == 1 and "Error: cannot write to s3://no-such-bucket/suite: " in refused.stderr
-    command = processes.python(
-        "train.py", *STREAMED, "data.input_dir=s3://no-such-bucket/suite", "trainer.max_epochs=1", logs
-    )
-    refused = processes.run(command, env=env)
-    assert (
-        refused.returncode == 1
-        and "Error: cannot read the chunks in s3://no-such-bucket/suite/train: " in refused.stderr
-    )
-    # Credentials the bucket refuses: one line, to write and to read.
-    wrong = {**env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
-    command = processes.python("stream.py", *SUITE, "output=s3://data/other", *sizes, logs)
-    refused = processes.run(command, env=wrong)
-    assert refused.returncode == 1 and "Error: cannot write to s3://data/other: " in refused.stderr
-    assert "SignatureDoesNotMatch" in refused.stderr.splitlines()[-1]
-    command = processes.python("train.py", *STREAMED, "data.input_dir=s3://data/suite", "trainer.max_epochs=1", logs)
-    refused = processes.run(command, env=wrong)
-    assert refused.returncode == 1 and "Error: cannot read the chunks in s3://data/suite/train: " in refused.stderr
-    assert "(403)" in refused.stderr.splitlines()[-1] and "refused these credentials" in refused.stderr.splitlines()[-1]
-    # An endpoint that does not answer: one line within data.timeout's tries (LitData alone retries 1,000 times).
-    silent = {**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
-    command = processes.python("train.py", *STREAMED, "data.input_dir=s3://data/suite", "data.timeout=2", logs)
-    refused = processes.run(command, env=silent, timeout=120)
-    assert refused.returncode == 1 and "Error: cannot read the chunks in s3://data/suite/train: " in refused.stderr
+    _refusals_of_a_bucket(s3, tmp_path, monkeypatch)
+
+
+def _refusals_of_a_bucket(s3: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing bucket, a wrong secret key, an endpoint that does not answer: one line each, to write and to
+    read (asked in this process: the lines reach the user as every InputError does, ``Error: <line>``)."""
+    import boto3
+
+    sizes = [f"data.{key}={value}" for key, value in SIZES.items()]
+
+    def refused(env: dict[str, str], output: str, input_dir: str, **module: float) -> tuple[str, str]:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it read the environment once: a new process's
+        with pytest.raises(InputError) as writing:
+            stream(compose_config("stream", tmp_path / "refused", [*SUITE, f"output={output}", *sizes]))
+        with pytest.raises(InputError) as reading:
+            StreamingDataModule(input_dir, **module).setup("fit")
+        return str(writing.value), str(reading.value)
+
+    written, read = refused(s3, "s3://no-such-bucket/suite", "s3://no-such-bucket/suite")
+    assert written.startswith("cannot write to s3://no-such-bucket/suite: ") and "\n" not in written
+    assert read.startswith("cannot read the chunks in s3://no-such-bucket/suite/train: ") and "\n" not in read
+    written, read = refused(s3 | {"AWS_SECRET_ACCESS_KEY": "not-the-secret"}, "s3://data/other", "s3://data/suite")
+    assert written.startswith("cannot write to s3://data/other: ") and "SignatureDoesNotMatch" in written
+    assert read.startswith("cannot read the chunks in s3://data/suite/train: ") and "(403)" in read
+    assert "refused these credentials" in read
+    # Nobody listens at the endpoint: within data.timeout's 3 tries (LitData alone retries 1,000 times).
+    silent = s3 | {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}
+    started = time.monotonic()
+    written, read = refused(silent, "s3://data/other", "s3://data/suite", timeout=2)
+    assert read.startswith("cannot read the chunks in s3://data/suite/train: ") and time.monotonic() - started < 60
 
 
 @pytest.mark.slow

@@ -1,7 +1,5 @@
 import re
-import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,6 +15,7 @@ from mnistlab.trained import loading
 
 import onnx_models
 import processes
+import running
 from composing import SHORT, SUITE_DATA, TRUSTED, compose_config
 from running import run_script
 
@@ -184,23 +183,10 @@ def test_no_profiler_by_default_and_a_real_one_with_debug_profiler(tmp_path: Pat
     assert isinstance(profiled.profiler, SimpleProfiler)
 
 
-@contextmanager
-def _tmpfs(disk: Path, size: str) -> Iterator[Path]:
-    disk.mkdir()
-    command = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)]
-    mounted = subprocess.run(command, capture_output=True, check=False, timeout=30)
-    if mounted.returncode:
-        pytest.skip(f"mounting a small tmpfs needs root: {mounted.stderr.decode().strip()}")  # in CI: a failure
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False, timeout=30)
-
-
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB file system (tmpfs): room for one 2.4 MB checkpoint, not two."""
-    with _tmpfs(tmp_path / "disk", "4m") as disk:
+    with running.small_disk(tmp_path / "disk", "4m") as disk:
         yield disk
 
 
@@ -231,7 +217,7 @@ def test_after_a_full_disk_a_resume_goes_on_from_the_newest_checkpoint_and_keeps
         "trainer.max_epochs=3",
         "callbacks.model_checkpoint.save_top_k=3",
     ]
-    with _tmpfs(tmp_path / "disk", "8m") as disk:
+    with running.small_disk(tmp_path / "disk", "8m") as disk:
         command = processes.python("train.py", "trainer.accelerator=cpu", *wide, f"hydra.run.dir={disk}")
         stopped = processes.finish(processes.start(command), timeout=300)  # stdout and stderr as one terminal shows
         last = run_folder.last_checkpoint(disk)

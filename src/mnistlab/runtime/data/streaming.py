@@ -22,9 +22,13 @@ What the machinery adds to LitData, each measured where LitData alone fell short
 - A bucket that does not answer is one line after ``timeout`` seconds a try, three tries (LitData alone retries
   1,000 times); from an ``http://`` endpoint, LitData's boto3 downloader fetches the chunks (its obstore one
   cannot: ``runtime/run/internals.py``).
+- A chunk that cannot be read stops the run in one line that says why: the cache's disk is full, or the chunk
+  was deleted or damaged (LitData alone: an error from deep in its download thread or decoder).
 """
 
+import errno
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -203,13 +207,23 @@ class StreamingDataModule(L.LightningDataModule):
         )
 
     def _unreadable(self, err: Exception) -> Exception:
-        """A chunk that could not be read, as the run's failure: one line naming it, and while fitting how to
-        continue from the last checkpoint once the chunks are whole again (nothing is saved now)."""
-        said = " ".join(str(err).split())[:300]
-        message = (
-            f"a chunk of {self.input_dir} cannot be read ({type(err).__name__}: {said}): deleted or damaged since "
-            f"stream.py wrote it; write the chunks again (python stream.py ... output={self.input_dir} overwrite=true)"
-        )
+        """A chunk that could not be read, as the run's failure: one line naming why (the cache's disk full, or
+        the chunk deleted or damaged), and while fitting how to continue from the last checkpoint once that is
+        mended (nothing is saved now)."""
+        if _full(err):
+            cache = self.cache_dir or next(iter(self.datasets.values())).cache_dir.path  # LitData's, by default
+            message = (
+                f"the cache folder {cache} is full ({shutil.disk_usage(cache).free / 2**20:.1f} MiB free) while "
+                f"fetching the chunks of {self.input_dir}: free space there, or set data.cache_dir to a disk "
+                "with room (LitData keeps up to data.max_cache_size there; null: 75% of the disk's free space)"
+            )
+        else:
+            said = " ".join(str(err).split())[:300]
+            message = (
+                f"a chunk of {self.input_dir} cannot be read ({type(err).__name__}: {said}): deleted or damaged since"
+                f" stream.py wrote it; write the chunks again (python stream.py ... output={self.input_dir} "
+                "overwrite=true)"
+            )
         trainer = self.trainer
         if trainer is None or trainer.state.fn != TrainerFn.FITTING:  # evaluate again, once they are whole
             return InputError(message)
@@ -274,6 +288,15 @@ def write_meta(output: str, meta: dict[str, Any]) -> None:
 
     bucket, prefix = bucket_and_prefix(output)
     boto3.client("s3").put_object(Bucket=bucket, Key=key(prefix, META), Body=text.encode())
+
+
+def _full(err: BaseException | None) -> bool:
+    """Whether a disk ran full on the way to ``err`` (LitData re-raises its download thread's error as its own)."""
+    while err is not None:
+        if getattr(err, "errno", None) == errno.ENOSPC:
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _hint(err: Exception) -> str:
