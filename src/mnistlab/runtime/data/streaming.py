@@ -16,6 +16,8 @@ What the machinery adds to LitData, each measured where LitData alone fell short
   Lightning stops at an epoch's length without exhausting the loader (:class:`ResumableLoader`).
 - Resuming on another number of ranks (a node lost) is exact too: LitData places the rest of the epoch by the
   ranks that began it (its elastic resume; tests/test_streaming.py checks 4 ranks resumed on 2).
+- A shuffled epoch decodes each sample once: LitData's default decodes a window of samples around each one
+  asked for, which shuffling throws away (an epoch of 28x28 images 13x slower).
 - Validation and test never drop a sample (``drop_last=False``): each rank streams its own share, so every
   sample counts once on any number of ranks; training drops the last partial batch of each rank (LitData's
   rule in DDP), so every rank steps as often as the others.
@@ -177,6 +179,10 @@ class StreamingDataModule(L.LightningDataModule):
                 # Training: LitData's rule (in DDP each rank drops its last partial batch, so that all step as
                 # often); evaluation never drops one, so every sample counts once.
                 drop_last=None if split == "train" else False,
+                # Shuffled, each sample is read alone: LitData 0.2.76's "auto" decodes a window of 32 samples
+                # of small tensors around each one it is asked for and keeps one (28x28 images: an epoch of the loader
+                # 9.5 s, against 0.70 s so); in order, its window is 13% faster.
+                batch_decode=1 if split == "train" else "auto",
                 storage_options=self._storage_options(),
             )
         except Exception as err:  # a missing file or bucket, refused credentials: botocore's own kinds too
