@@ -362,8 +362,9 @@ def test_a_project_generated_from_the_flat_package_updates_into_its_subpackages(
 
 # docs/make-it-yours.md: each walk-through is a section of files (```lang title="path") and rm commands.
 WALKTHROUGH = ROOT / "docs" / "make-it-yours.md"
+STREAM = "## Your data as a stream"  # the section whose commands need a bucket
 # Each walk-through: the sections of docs/make-it-yours.md it applies, in order (the regression's data then streamed).
-VARIANTS = {"classifier": ["## An RGB classifier"], "regression": ["## A regression", "## Your data as a stream"]}
+VARIANTS = {"classifier": ["## An RGB classifier"], "regression": ["## A regression", STREAM]}
 USERS_FILES = re.compile(
     r"src/shapes_lab/(data|network|module|regression)\.py|conf/(data|model)/.*|\.schemas/.*|outputs/.*"  # outputs: logs
 )
@@ -409,7 +410,7 @@ def test_a_project_whose_example_is_replaced_passes_the_tests_of_its_task(
     project = tmp_path / "shapes"
     _copier("copy", "-d", "project_name=Shapes Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
     env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project), "CI": "true"}
-    if "## Your data as a stream" in VARIANTS[variant]:  # the guide's bucket, on an S3 server of this machine
+    if STREAM in VARIANTS[variant]:  # the guide's bucket, on an S3 server of this machine
         env |= s3_server.start(tmp_path / "moto.txt", bucket="shapes")
         env["LITDATA_CACHE_DIR"] = str(tmp_path / "chunks")  # each node's copy of the chunks: not ~/.lightning's
     before = _contents(project)
