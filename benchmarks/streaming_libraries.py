@@ -21,6 +21,7 @@ Prints the rows and writes them as JSON to outputs/benchmarks/. Run it alone.
 """
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -140,8 +141,6 @@ def mosaic_on_fewer_ranks(folder: str, out: Path) -> str:
         command = [sys.executable, "-c", RANK, folder, str(out / f"rank{rank}.json"), str(Path(__file__).parent)]
         ranks.append(subprocess.Popen(command, env=env))
     assert all(process.wait(timeout=600) == 0 for process in ranks)
-    import json
-
     stopped = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
     before = [i for rank in stopped for i in rank["ids"]]
     after = [i for batch in _mosaic_loader(folder, stopped[0]["state"]) for i in _ids(batch)]

@@ -50,6 +50,16 @@ def _samples(run: Path) -> dict[int, list[dict]]:
     }
 
 
+def _each_sample_once(stopped: Path, resumed: Path, saved: int) -> None:
+    """The samples of a 1-process run before its checkpoint of step ``saved``, then those of the run resumed
+    from it: the epoch, each sample once."""
+    (before,), (after,) = _samples(stopped).values(), _samples(resumed).values()
+    seen = [i for line in before if line["step"] < saved for i in line["ids"]] + [
+        i for line in after for i in line["ids"]
+    ]
+    assert sorted(seen) == list(range(SIZES["train_size"]))
+
+
 def _per_epoch(*records: list[dict]) -> dict[int, list[int]]:
     seen: dict[int, list[int]] = {}
     for lines in records:
@@ -138,18 +148,14 @@ def test_a_chunk_deleted_or_damaged_mid_run_stops_it_in_one_line_and_its_checkpo
     assert 0 < saved <= step < SIZES["train_size"] // 32
     shutil.copyfile(chunks / "train" / chunk.name, chunk)  # the chunks whole again
     train(compose_config("train", tmp_path / "resumed", [*run, f"ckpt_path={last}"]))
-    (stopped,), (resumed,) = (_samples(tmp_path / name).values() for name in ("run", "resumed"))
-    seen = [i for line in stopped if line["step"] < saved for i in line["ids"]] + [
-        i for line in resumed for i in line["ids"]
-    ]
-    assert sorted(seen) == list(range(SIZES["train_size"]))  # the epoch, each sample once
+    _each_sample_once(tmp_path / "run", tmp_path / "resumed", saved)
 
 
 @pytest.mark.slow  # an S3 server: a cache holds only a bucket's chunks
 def test_a_full_cache_folder_stops_the_run_in_one_line_and_its_checkpoint_resumes(
     chunks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The disk of data.cache_dir runs full at step 12 (another process took its room): the run stops in one
+    """The disk of data.cache_dir runs full at step 3 (another process took its room): the run stops in one
     line naming the cache folder and what to do, with the resume command (LitData alone: its download thread's
     traceback, then a "deleted or damaged" chunk); with room again, last.ckpt continues it, each sample once."""
     import boto3
@@ -162,8 +168,13 @@ def test_a_full_cache_folder_stops_the_run_in_one_line_and_its_checkpoint_resume
         client.upload_file(str(path), "data", f"suite/{path.relative_to(chunks).as_posix()}")
     with running.small_disk(tmp_path / "cache", "4m") as cache:
         run = [*STREAMED, "data.input_dir=s3://data/suite", f"data.cache_dir={cache}", "trainer.max_epochs=1"]
-        run += ["trainer.limit_val_batches=2", "test=false", *EVERY_5_STEPS, "logger=none"]
-        fill = ["+callbacks.fill._target_=faults.FillAt", "+callbacks.fill.step=12", f"+callbacks.fill.folder={cache}"]
+        every_step = [
+            "callbacks.last_checkpoint.every_n_train_steps=1",
+            "callbacks.last_checkpoint.every_n_epochs=null",
+        ]
+        run += ["trainer.limit_val_batches=2", "test=false", *every_step, "logger=none"]
+        # Early: LitData fetches chunks well ahead, and may hold the whole (small) split some steps later.
+        fill = ["+callbacks.fill._target_=faults.FillAt", "+callbacks.fill.step=3", f"+callbacks.fill.folder={cache}"]
         with pytest.raises(RunStopped) as stopped:
             train(compose_config("train", tmp_path / "run", [*run, *fill]))
         said = str(stopped.value)
@@ -175,11 +186,7 @@ def test_a_full_cache_folder_stops_the_run_in_one_line_and_its_checkpoint_resume
         assert 0 < saved <= step < SIZES["train_size"] // 32
         (cache / "filler").unlink()  # room again
         train(compose_config("train", tmp_path / "resumed", [*run, f"ckpt_path={last}"]))
-    (stopped,), (resumed,) = (_samples(tmp_path / name).values() for name in ("run", "resumed"))
-    seen = [i for line in stopped if line["step"] < saved for i in line["ids"]] + [
-        i for line in resumed for i in line["ids"]
-    ]
-    assert sorted(seen) == list(range(SIZES["train_size"]))  # the epoch, each sample once
+    _each_sample_once(tmp_path / "run", tmp_path / "resumed", saved)
 
 
 def test_a_streamed_run_evaluates_every_sample_once_and_learns_as_from_memory(chunks: Path, tmp_path: Path) -> None:
