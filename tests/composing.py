@@ -71,13 +71,16 @@ EQUIVALENCE = [
 def compose_config(
     name: str, out: Path, overrides: Sequence[str] = (), hydra: bool = False, task: Sequence[str] = SUITE
 ) -> DictConfig:
-    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``, training
-    ``task`` (the suite's, or ``OWN``: conf/'s default); with ``hydra``, Hydra's own config too (``cfg.hydra``:
-    the sweeper, the launcher)."""
+    """Compose ``conf/<name>.yaml`` as the entry point would, writing everything under ``out``; a config
+    of a run (conf/run.yaml among its defaults: train, eval, stream) takes ``task`` (the suite's, or ``OWN``:
+    conf/'s default) on the CPU. With ``hydra``, Hydra's own config too (``cfg.hydra``: the sweeper, the
+    launcher)."""
+    of_a_run = "run" in yaml.safe_load((ROOT / "conf" / f"{name}.yaml").read_text())["defaults"]
+    trains = [*task, "trainer.accelerator=cpu"] if of_a_run else []
     with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         return compose(
             config_name=name,
-            overrides=[*task, f"paths.log_dir={out}", f"paths.output_dir={out}", "trainer.accelerator=cpu", *overrides],
+            overrides=[*trains, f"paths.log_dir={out}", f"paths.output_dir={out}", *overrides],
             return_hydra_config=hydra,
         )
 

@@ -107,19 +107,6 @@ def test_torchrun_four_ranks_without_the_counts_train_as_one_process_in_one_run(
     assert_trained_as_one_process(one_run(tmp_path, FOUR_RANK_LOGS), one_process)
 
 
-def test_torchrun_with_counts_that_disagree_is_refused_in_one_line(tmp_path: Path) -> None:
-    run = _torchrun(
-        "--standalone", "--nproc_per_node=2", "train.py", *SUITE, "trainer.devices=1", f"paths.log_dir={tmp_path}"
-    )
-    output = processes.finish(run)
-    assert run.returncode != 0
-    assert (
-        "Error: torchrun started 2 processes (WORLD_SIZE), but trainer.devices x trainer.num_nodes is 1 x 1: leave "
-        "both out (they follow torchrun's --nproc_per_node and --nnodes) or make them agree"
-    ) in output
-    assert not list((tmp_path / "train" / "runs").glob("*/checkpoints"))  # nothing trained
-
-
 def test_two_machines_of_two_processes_started_by_hand(one_process: Path, tmp_path: Path) -> None:
     """The README's recipe with Lightning's variables: each machine's first process starts its second."""
     port = free_port()
@@ -183,14 +170,11 @@ def test_slurm_launcher_submits_one_task_per_rank(tmp_path: Path) -> None:
     assert "#SBATCH --signal=USR2@120" in script  # submitit asks for the signal 120 s before the limit
 
 
-@pytest.mark.parametrize(
-    "stray,message",
-    [
-        ({"LOCAL_RANK": "1"}, "Error: LOCAL_RANK=1 is set, but no launcher started this process"),
-        ({"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, "did not all meet within trainer.strategy.timeout"),
-    ],
-)
-def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict, message: str, tmp_path) -> None:
+def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(tmp_path) -> None:
+    """Variables of another run left in the shell: the ranks wait for processes that never come, as long as
+    the strategy's timeout, then say so in one line. (A LOCAL_RANK alone is refused before any wait:
+    test_launch.py.)"""
+    stray = {"LOCAL_RANK": "1", "WORLD_SIZE": "2"}
     command = processes.python(
         "train.py",
         *CPU_DDP,
@@ -199,7 +183,7 @@ def test_stray_distributed_variables_fail_fast_and_say_what_to_unset(stray: dict
     )
     result = processes.run(command, env=os.environ | stray, timeout=120)
     assert result.returncode == 1
-    assert message in result.stderr and "unset LOCAL_RANK" in result.stderr
+    assert "did not all meet within trainer.strategy.timeout" in result.stderr and "unset LOCAL_RANK" in result.stderr
     assert "Traceback" not in result.stderr
 
 

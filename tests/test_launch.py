@@ -6,7 +6,10 @@ import os
 import pytest
 
 from mnistlab.runtime.run import launch
+from mnistlab.runtime.run.failures import InputError
 from mnistlab.runtime.run.launch import Launch
+
+from composing import compose_config
 
 # Each launcher's variables, as it sets them in the process it starts (a second node's second process
 # where there are nodes), and what this process is then.
@@ -101,3 +104,39 @@ def test_lightnings_count_of_the_ranks_overrules_a_process_without_variables(env
     environment({})
     monkeypatch.setattr(rank_zero_only, "rank", 1, raising=False)
     assert launch.current().is_rank_zero and not launch.is_rank_zero()
+
+
+# The refusals that depend on who started the process, as train() meets them: the environment each launcher
+# gives (above), set in this process, before anything of the run is written. (Printed as one line by the
+# entry point, as every InputError is: test_schema.py.)
+REFUSED = {
+    "torchrun's count of processes against the trainer's": (
+        STARTED["torchrun"][0],
+        ["trainer.devices=1"],  # its nodes follow torchrun's (2)
+        (
+            "torchrun started 4 processes (WORLD_SIZE), but trainer.devices x trainer.num_nodes is 1 x 2: leave "
+            "both out (they follow torchrun's --nproc_per_node and --nnodes) or make them agree"
+        ),
+    ),
+    "a LOCAL_RANK left in the shell": (
+        {"LOCAL_RANK": "1"},
+        ["strategy=ddp", "trainer.devices=2"],
+        (
+            "LOCAL_RANK=1 is set, but no launcher started this process (WORLD_SIZE is not set): it would wait "
+            "for processes that never come. Run `unset LOCAL_RANK` and start again"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_launch_the_config_cannot_run_is_refused_before_anything_is_written(case, environment, tmp_path) -> None:
+    from mnistlab.tasks import train
+
+    variables, overrides, message = REFUSED[case]
+    environment(variables)
+    cfg = compose_config("train", tmp_path / "run", ["trainer.accelerator=cpu", *overrides])
+    with pytest.raises(InputError) as refused:
+        train(cfg)
+    assert str(refused.value) == message
+    assert not (tmp_path / "run").exists()

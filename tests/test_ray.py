@@ -93,11 +93,10 @@ def _train(
 
 
 @pytest.mark.slow
-def test_a_killed_ray_worker_stops_the_run_with_the_resume_line_and_resume_finishes_it(
-    cluster: tuple[str, dict[str, str]], one_process: Path, tmp_path: Path
-) -> None:
-    """Rank 1's worker is killed (SIGKILL) at step 30, in the second epoch: the run stops in one line, and
-    ``resume=`` continues it from step 20's last.ckpt to the end one process reaches."""
+def test_a_killed_ray_worker_stops_the_run_with_the_resume_line(cluster: tuple[str, dict[str, str]], tmp_path) -> None:
+    """Rank 1's worker is killed (SIGKILL) at step 30, in the second epoch: the run stops in one line that
+    gives the resume command, within bounded time. (Ray starting the workers again from the run's last.ckpt,
+    to one process's end: the max_failures test below; ``resume=`` replaying a run's overrides: test_resume.)"""
     kill = ["+callbacks.kill._target_=faults.KillAt", "+callbacks.kill.step=30", "+callbacks.kill.rank=1"]
     started = time.monotonic()
     result = _train(cluster, *EQUIVALENCE, *kill, f"paths.log_dir={tmp_path}")
@@ -112,14 +111,8 @@ def test_a_killed_ray_worker_stops_the_run_with_the_resume_line_and_resume_finis
         f"Continue with: python train.py resume={run}"
     )
     assert said in (run / "train.log").read_text()
+    assert run_folder.last_checkpoint(run).is_file()  # step 20's, for the resume the line gives
     assert took < 180, took
-    resumed = _train(cluster, f"resume={run}", f"paths.log_dir={tmp_path}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert (
-        f"Restored all states from the checkpoint at {run / 'checkpoints' / 'last.ckpt'}"
-        in (run / "train.log").read_text()
-    )
-    assert_trained_as_one_process(run, one_process)
 
 
 @pytest.mark.slow
