@@ -11,9 +11,10 @@ import pytest
 
 from mnistlab.runtime.config import hydra_versions
 from mnistlab.runtime.run import run_folder
+from mnistlab.tasks import evaluate
 
 import processes
-from composing import EQUIVALENCE, ROOT, SHORT, SUITE, SUITE_DATA
+from composing import EQUIVALENCE, ROOT, SHORT, SUITE, SUITE_DATA, compose_config
 from running import FOUR_RANK_LOGS, assert_one_run, assert_trained_as_one_process, free_port, one_run, run_script
 
 pytestmark = pytest.mark.slow
@@ -57,21 +58,17 @@ def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Pa
 
 def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_process, tmp_path: Path) -> None:
     checkpoint = run_folder.last_checkpoint(one_process)
-    results = []
     # The test set does not divide by 3, nor into batches of 100: evaluation takes any batch on any processes.
-    for batch, ranks in (("64", []), ("100", ["strategy=ddp", "trainer.devices=3"])):
-        out = tmp_path / str(len(ranks))
-        result = run_script(
-            "eval.py", f"ckpt_path={checkpoint}", f"data.batch_size={batch}", "trainer.accelerator=cpu", *ranks,
-            f"hydra.run.dir={out}",
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr[-3000:]
-        results.append(json.loads((out / "metrics.json").read_text()))
-    single, three = results
+    # One process, in this one (the reference); three, as a user starts them.
+    single = evaluate(compose_config("eval", tmp_path / "one", [f"ckpt_path={checkpoint}", "data.batch_size=64"]))
+    three_ranks = ["strategy=ddp", "trainer.devices=3", f"hydra.run.dir={tmp_path / 'three'}"]
+    result = run_script("eval.py", f"ckpt_path={checkpoint}", "data.batch_size=100", *three_ranks)
+    assert result.returncode == 0, result.stderr[-3000:]
+    three = json.loads((tmp_path / "three" / "metrics.json").read_text())
     assert single["test/samples"] == three["test/samples"] == SUITE_DATA["test_size"]
     assert three["test/acc"] == single["test/acc"]
     assert three["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)
-    assert {p.name for p in (tmp_path / "2").glob("*.log")} == {
+    assert {p.name for p in (tmp_path / "three").glob("*.log")} == {
         f"eval{n}.log" for n in ("", "_ddp_process_1", "_ddp_process_2")
     }
 
