@@ -13,7 +13,7 @@ from mnistlab.runtime.config import hydra_versions
 import processes
 from composing import OWN, SHORT, SUITE, SUITE_MODULES, compose_config
 from payloads import MARKER, Payload, config_payloads
-from running import train_like_one_process, trained
+from running import one_process_reference, trained
 
 # Under pytest-xdist (CI's slow tier: 2 workers on 2 cores) each worker's torch takes its share of the cores,
 # it and the processes it starts (OMP_NUM_THREADS): torch's default, a thread per core, spins against the other
@@ -152,7 +152,7 @@ def pickle_checkpoint(trained_checkpoint: Path, tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def one_process(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference: EQUIVALENCE on one process."""
-    return train_like_one_process(tmp_path_factory.mktemp("one"))
+    return one_process_reference(tmp_path_factory.mktemp("one"))
 
 
 @pytest.fixture

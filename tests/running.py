@@ -69,6 +69,15 @@ def train_like_one_process(out: Path, *overrides: str) -> Path:
     return out
 
 
+def one_process_reference(out: Path, *overrides: str) -> Path:
+    """EQUIVALENCE's run on one process, this one (no process to start: the reference the ranks are compared
+    with), in ``out``."""
+    from mnistlab.tasks import train
+
+    train(compose_config("train", out, [*EQUIVALENCE, *overrides]))
+    return out
+
+
 def assert_trained_as_one_process(run: Path, one_process: Path) -> None:
     """``run`` ends with the weights and Adam state of the single-process run, which moved every weight."""
     one, other = last_checkpoint(one_process), last_checkpoint(run)

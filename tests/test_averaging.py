@@ -21,7 +21,13 @@ from mnistlab.trained.exporting import export
 
 import suite_task
 from composing import EVERY_7_STEPS, ROOT, SHORT, TRUST_SUITE, TRUSTED, compose_config
-from running import assert_trained_as_one_process, last_checkpoint, run_script, train_like_one_process
+from running import (
+    assert_trained_as_one_process,
+    last_checkpoint,
+    one_process_reference,
+    run_script,
+    train_like_one_process,
+)
 
 # A decay that lets a short run's average move away from its start, from step 5 on.
 EMA = ["callbacks=ema", "callbacks.ema.decay=0.9", "callbacks.ema.update_starting_at_step=5"]
@@ -109,7 +115,7 @@ def test_a_run_resumed_mid_epoch_ends_with_the_average_of_one_never_stopped(aver
 
 @pytest.mark.slow
 def test_two_ddp_ranks_average_as_one_process_does(tmp_path: Path) -> None:
-    one = train_like_one_process(tmp_path / "one", *EMA)
+    one = one_process_reference(tmp_path / "one", *EMA)
     two = train_like_one_process(tmp_path / "two", *EMA, "strategy=ddp", "trainer.devices=2")
     assert_trained_as_one_process(two, one)  # the checkpoints' state_dict: the averages
     ended, other = last_checkpoint(one), last_checkpoint(two)
