@@ -24,6 +24,7 @@ from running import (
     assert_same_training,
     assert_same_weights,
     assert_trained_as_one_process,
+    one_process_reference,
     one_run,
     run_script,
     train_like_one_process,
@@ -241,8 +242,10 @@ def test_ddp_run_resumes_on_any_number_of_processes(first_epoch_on_two, one_proc
     and optimizer state, as if never stopped."""
     checkpoint = run_folder.last_checkpoint(first_epoch_on_two)
     assert _last(first_epoch_on_two)["global_step"] == 20
-    ddp = ["strategy=ddp", f"trainer.devices={count}"] if count > 1 else []
-    run = train_like_one_process(tmp_path, f"ckpt_path={checkpoint}", *ddp)
+    if count > 1:
+        run = train_like_one_process(tmp_path, f"ckpt_path={checkpoint}", "strategy=ddp", f"trainer.devices={count}")
+    else:  # one process: this one
+        run = one_process_reference(tmp_path, f"ckpt_path={checkpoint}")
     assert_trained_as_one_process(run, one_process)
 
 
