@@ -1,6 +1,7 @@
 """What the tests compose and train: the real ``conf/``, the suite's own task or conf/'s, small override
 lists, temporary output folders."""
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,6 +69,11 @@ EQUIVALENCE = [
 ]  # and all validation samples: each validated once, on any number of ranks
 
 
+@functools.cache  # read once per config, not once per composition
+def _of_a_run(name: str) -> bool:
+    return "run" in yaml.safe_load((ROOT / "conf" / f"{name}.yaml").read_text())["defaults"]
+
+
 def compose_config(
     name: str, out: Path, overrides: Sequence[str] = (), hydra: bool = False, task: Sequence[str] = SUITE
 ) -> DictConfig:
@@ -75,8 +81,7 @@ def compose_config(
     of a run (conf/run.yaml among its defaults: train, eval, stream) takes ``task`` (the suite's, or ``OWN``:
     conf/'s default) on the CPU. With ``hydra``, Hydra's own config too (``cfg.hydra``: the sweeper, the
     launcher)."""
-    of_a_run = "run" in yaml.safe_load((ROOT / "conf" / f"{name}.yaml").read_text())["defaults"]
-    trains = [*task, "trainer.accelerator=cpu"] if of_a_run else []
+    trains = [*task, "trainer.accelerator=cpu"] if _of_a_run(name) else []
     with initialize_config_dir(config_dir=str(ROOT / "conf"), **hydra_versions.BASE):
         return compose(
             config_name=name,

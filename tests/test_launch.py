@@ -135,7 +135,7 @@ def test_a_launch_the_config_cannot_run_is_refused_before_anything_is_written(ca
 
     variables, overrides, message = REFUSED[case]
     environment(variables)
-    cfg = compose_config("train", tmp_path / "run", ["trainer.accelerator=cpu", *overrides])
+    cfg = compose_config("train", tmp_path / "run", overrides)
     with pytest.raises(InputError) as refused:
         train(cfg)
     assert str(refused.value) == message
