@@ -20,6 +20,10 @@ Measures, in one invocation, alternating the runs and taking medians:
 - how fast a mistake is answered: ``train.py`` with a value of the wrong type, an unknown key and an
   unknown group option, each against ``python -c "import torch, lightning"`` (``--refusals`` measures
   these rows alone);
+- ``--startup`` measures these rows alone: the imports of a run from the bytecode compiled at install
+  (pyproject.toml's ``[tool.uv] compile-bytecode``) against the same imports compiled afresh, as each
+  process compiles them where Python may not write its cache (``PYTHONDONTWRITEBYTECODE=1``, a read-only
+  environment): what every rank, torchrun worker and SLURM task pays at its start;
 - with ``--switches``, the epoch time with ``model.compile=true``, with ``trainer.precision=bf16-mixed``
   with ``model.optimizer.fused=false``, without the safe-stop callback and with the weights' moving average
   (``callbacks=ema``), each against the default.
@@ -183,6 +187,20 @@ def refusals(repeats: int) -> dict[str, float]:
     }
 
 
+def startup(repeats: int) -> dict[str, float]:
+    """Median seconds to import torch, torchvision, Lightning and Hydra from the install's bytecode, and
+    compiled afresh: Python then reads its cache from an empty folder (PYTHONPYCACHEPREFIX) and writes none."""
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as empty:
+        afresh = os.environ | {"PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"}
+        for _ in range(repeats):
+            samples.setdefault("imports, compiled at install", []).append(wall([sys.executable, "-c", IMPORTS]))
+            samples.setdefault("imports, compiled afresh", []).append(wall([sys.executable, "-c", IMPORTS], env=afresh))
+    times = {name: statistics.median(values) for name, values in samples.items()}
+    ratio = times["imports, compiled at install"] / times["imports, compiled afresh"]
+    return times | {"start-up ratio compiled at install / compiled afresh": round(ratio, 3)}
+
+
 def commands(out: Path, gpu: bool, switches: bool = False) -> dict[str, object]:
     """What to run: name -> a command, or a function of the number of epochs giving one."""
     py = sys.executable
@@ -321,6 +339,7 @@ def main() -> None:
     )
     parser.add_argument("--switches", action="store_true", help="also time model.compile and bf16-mixed")
     parser.add_argument("--refusals", action="store_true", help="only time how fast mistakes are answered")
+    parser.add_argument("--startup", action="store_true", help="only time the imports, compiled at install or not")
     parser.add_argument("--profile", action="store_true", help="only show where a step of train.py goes")
     parser.add_argument("--costs", action="store_true", help="only price each default callback, in us a step")
     parser.add_argument("--baseline", type=int, metavar="EPOCHS", help=argparse.SUPPRESS)
@@ -340,8 +359,9 @@ def main() -> None:
             raise SystemExit("--gpu: this machine has no CUDA GPU; run without --gpu to measure the CPU")
     if args.profile:
         return profile(args.gpu)
-    if args.refusals:
-        rows = {name: round(value, 3) for name, value in refusals(args.repeats).items()}
+    if args.refusals or args.startup:
+        measured = refusals(args.repeats) if args.refusals else startup(args.repeats)
+        rows = {name: round(value, 3) for name, value in measured.items()}
     elif args.costs:
         import step_costs
 

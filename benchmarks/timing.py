@@ -16,10 +16,10 @@ EPOCH_TIMES = "MNISTLAB_EPOCH_TIMES"  # where a benchmarked run writes the secon
 EPOCHS = 4  # per timed run: the first warms up, the median of the other three is the row's sample
 
 
-def wall(command: list[str], refused: bool = False) -> float:
+def wall(command: list[str], refused: bool = False, env: dict[str, str] | None = None) -> float:
     """Seconds a command takes from start to exit; it must succeed (or, if ``refused``, exit 1)."""
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if result.returncode != int(refused):
         raise SystemExit(f"{' '.join(command)} exited {result.returncode}:\n{result.stderr[-3000:]}")
