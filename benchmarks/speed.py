@@ -191,11 +191,12 @@ def startup(repeats: int) -> dict[str, float]:
     """Median seconds to import torch, torchvision, Lightning and Hydra from the install's bytecode, and
     compiled afresh: Python then reads its cache from an empty folder (PYTHONPYCACHEPREFIX) and writes none."""
     samples: dict[str, list[float]] = {}
+    command = [sys.executable, "-c", IMPORTS]
     with tempfile.TemporaryDirectory() as empty:
         afresh = os.environ | {"PYTHONPYCACHEPREFIX": empty, "PYTHONDONTWRITEBYTECODE": "1"}
         for _ in range(repeats):
-            samples.setdefault("imports, compiled at install", []).append(wall([sys.executable, "-c", IMPORTS]))
-            samples.setdefault("imports, compiled afresh", []).append(wall([sys.executable, "-c", IMPORTS], env=afresh))
+            samples.setdefault("imports, compiled at install", []).append(wall(command))
+            samples.setdefault("imports, compiled afresh", []).append(wall(command, env=afresh))
     times = {name: statistics.median(values) for name, values in samples.items()}
     ratio = times["imports, compiled at install"] / times["imports, compiled afresh"]
     return times | {"start-up ratio compiled at install / compiled afresh": round(ratio, 3)}

@@ -89,7 +89,7 @@ def test_every_locked_file_has_its_hash_and_no_known_bad_release_is_locked() -> 
 def test_the_environment_holds_its_packages_compiled(package: str) -> None:
     """pyproject.toml's [tool.uv] compile-bytecode: uv sync compiles what it installs, so that no process
     compiles torch and Lightning again where Python may not write its cache (PYTHONDONTWRITEBYTECODE=1, as
-    on CI's machines): 7.3 s to import them instead of 18.1 s (docs/install.md, speed.py --startup)."""
+    on CI's machines; what it costs: docs/install.md)."""
     folder = Path(importlib.util.find_spec(package).origin).parent  # found, not imported
     sources = list(folder.rglob("*.py"))
     missing = [path for path in sources if not Path(importlib.util.cache_from_source(path)).is_file()]
