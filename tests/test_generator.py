@@ -406,7 +406,9 @@ def test_a_project_whose_example_is_replaced_passes_the_tests_of_its_task(
     """docs/make-it-yours.md: a project without the example, its placeholders replaced by the user's files
     alone (an RGB CNN on DataLoaders; a regression of one value per sample with its own LightningModule,
     val/loss min, its data then streamed from a bucket): the project's tests of the user's task (``-m yours``:
-    the contract, every option composed, the schemas, layout and docs) pass, none skipped."""
+    the contract, every option composed, the schemas, layout and docs) pass, none skipped, and it trains.
+    The regression then resumes, sweeps, evaluates, exports and serves: everything after training on a
+    task that is no classifier (the machinery's own tests do it on the suite's classifier)."""
     project = tmp_path / "shapes"
     _copier("copy", "-d", "project_name=Shapes Lab", "-d", "example=false", str(template), str(project), cwd=tmp_path)
     env = os.environ | {"PYTHONPATH": str(project / "src"), "PROJECT_ROOT": str(project), "CI": "true"}
@@ -430,11 +432,12 @@ def test_a_project_whose_example_is_replaced_passes_the_tests_of_its_task(
     if variant == "regression":
         run = _trains_resumes_and_sweeps_on_the_loss(project, env, tmp_path / "outputs")
         _a_scheduler_left_behind_is_named_in_one_line(project, env)
+        _evaluates_exports_and_serves_its_best_checkpoint(project, env, run, tmp_path / "after")
     else:
         run = tmp_path / "outputs" / "run"
         trained = processes.run([sys.executable, "train.py", *SHORT, f"hydra.run.dir={run}"], cwd=project, env=env)
         assert trained.returncode == 0, trained.stderr[-3000:]
-    _evaluates_exports_and_serves_its_best_checkpoint(project, env, run, tmp_path / "after")
+        assert len(list(run_folder.checkpoints(run).glob("epoch*.ckpt"))) == 1  # its best, by its own metric
 
 
 def _a_scheduler_left_behind_is_named_in_one_line(project: Path, env: dict[str, str]) -> None:

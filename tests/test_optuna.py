@@ -5,11 +5,13 @@ trials pruned on every rank of a job, a killed sweep's trial failed and run agai
 import csv
 import json
 import os
+import re
 import signal
 import sqlite3
 import time
 import urllib.request
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -215,10 +217,10 @@ def _get(url: str, server) -> dict:
 
 @pytest.mark.slow
 def test_pruning_stops_both_ranks_of_a_ddp_job_in_parallel_jobs(tmp_path) -> None:
-    """Two DDP jobs of 2 ranks side by side in a pool of worker processes (hydra/launcher=parallel, n_jobs=2),
-    then the hopeless one: its rank 0 asks the pruner, both ranks stop after the first epoch (a rank left
-    training would hang on the next collective, and the test with it). Each job's ranks are its own: both
-    ran its learning rate, into its folder alone."""
+    """Two DDP jobs of 2 ranks side by side in a pool of worker processes (hydra/launcher=parallel, n_jobs=2:
+    their logs overlap in time), then the hopeless one: its rank 0 asks the pruner, both ranks stop after
+    the first epoch (a rank left training would hang on the next collective, and the test with it). Each
+    job's ranks are its own: both ran its learning rate, into its folder alone."""
     search = [
         *PRUNES_THE_LAST,
         "hydra/launcher=parallel",
@@ -237,6 +239,16 @@ def test_pruning_stops_both_ranks_of_a_ddp_job_in_parallel_jobs(tmp_path) -> Non
             assert lr.removeprefix("- ") in (folder / rank_log).read_text(), (job, rank_log)
     rank_1 = (sweep / "2" / "train_ddp_process_1.log").read_text()
     assert "model.optimizer.lr=1e-07" in rank_1 and "pruned after epoch 0" not in rank_1  # rank 0 alone reports
+    assert "Joblib.Parallel(n_jobs=2" in result.stdout  # two worker processes
+    (start0, end0), (start1, end1) = _active(sweep / "0"), _active(sweep / "1")
+    assert max(start0, start1) < min(end0, end1), "jobs 0 and 1 did not run at the same time"
+
+
+def _active(job: Path) -> tuple[datetime, datetime]:
+    """When a job's rank 0 began and ended: its log's first and last lines' timestamps."""
+    log = (job / "train_ddp_process_0.log").read_text()
+    stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]", log, re.MULTILINE)
+    return tuple(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (stamps[0], stamps[-1]))
 
 
 @pytest.mark.slow

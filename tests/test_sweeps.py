@@ -6,7 +6,6 @@ import multiprocessing
 import queue
 import re
 import statistics
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,38 +94,6 @@ def test_optuna_sweep_over_ddp_jobs_reads_each_jobs_real_metric(tmp_path: Path) 
         best[lr] = metrics["val/acc_best"]
     results = (sweep / "optimization_results.yaml").read_text()
     assert f"best_value: {max(best.values())}" in results
-
-
-def _active(job: Path) -> tuple[datetime, datetime]:
-    """When a job's log began and ended: its first and last lines' timestamps."""
-    stamps = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]", (job / "train.log").read_text(), re.MULTILINE)
-    return tuple(datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") for stamp in (stamps[0], stamps[-1]))
-
-
-def test_parallel_jobs_run_side_by_side_and_end_in_one_table(tmp_path) -> None:
-    lrs = "model.optimizer.lr=1e-3,3e-3,1e-2"
-    # Seconds of training a job (2 epochs of 300 steps), against the jitter of the two workers' start-up.
-    longer = [
-        "trainer.max_epochs=2",
-        "trainer.limit_train_batches=300",
-        f"data.train_size={300 * SUITE_DATA['batch_size']}",
-    ]
-    result = run_script(
-        "train.py",
-        "-m",
-        "hydra/launcher=parallel",
-        lrs,
-        *SHORT[2:],
-        *longer,
-        "logger=none",
-        f"paths.log_dir={tmp_path}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (sweep,) = (tmp_path / "train" / "multiruns").iterdir()
-    assert [row["status"] for row in _summary(sweep)] == ["ok"] * 3
-    assert "Joblib.Parallel(n_jobs=2" in result.stdout  # two worker processes
-    (start0, end0), (start1, end1) = _active(sweep / "0"), _active(sweep / "1")
-    assert max(start0, start1) < min(end0, end1), "jobs 0 and 1 did not run at the same time"
 
 
 def test_a_parallel_job_trains_on_a_gpu_no_other_job_holds(tmp_path, monkeypatch) -> None:
