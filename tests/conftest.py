@@ -123,8 +123,15 @@ def _suite_whitelist():
 
 @pytest.fixture(autouse=True)
 def _test_rules():
-    """Every test ends the processes it started, and leaves the environment as it found it."""
+    """Every test ends the processes it started, and leaves the environment as it found it: at its end (the
+    last test of a session too: a server it started outlived pytest when this ran at the next test's start)."""
+    _restore_environment()
+    yield
     processes.end_all()
+    _restore_environment()
+
+
+def _restore_environment() -> None:
     for name in os.environ.keys() - ENVIRONMENT.keys():
         if not name.startswith("PYTEST_"):  # pytest's own (PYTEST_CURRENT_TEST): it removes them itself
             del os.environ[name]
