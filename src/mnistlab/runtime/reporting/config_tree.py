@@ -6,7 +6,6 @@ from pathlib import Path
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
-from rich.syntax import Syntax
 from rich.tree import Tree
 
 from mnistlab.runtime.run.run_folder import TREE_FILE
@@ -18,6 +17,10 @@ FIRST = ("data", "model", "trainer", "callbacks", "logger", "paths")  # the grou
 def show(cfg: DictConfig) -> None:
     if not cfg.get("print_config"):
         return
+    # Here, not at the top: its highlighter (pygments) costs 0.3 s of every process's start, and only
+    # rank 0 prints the tree.
+    from rich.syntax import Syntax
+
     folder = Path(cfg.paths.output_dir)
     tree = Tree("config", guide_style="dim")
     keys = [k for k in FIRST if k in cfg] + [k for k in cfg if k not in FIRST and k != "hydra"]
