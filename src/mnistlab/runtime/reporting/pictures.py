@@ -139,14 +139,21 @@ def _shown(image: torch.Tensor) -> torch.Tensor:
 
 
 def _grid(wrong: list[tuple[torch.Tensor, int, int]], columns: int = 8) -> Figure:
+    # One image of tiles on one axes, each labelled above: a subplot per image with tight_layout took 0.5 s
+    # of each test's end for 32 images, this 0.06 s (2026-12-08).
     rows = max(1, -(-len(wrong) // columns))
+    shown = [_shown(image) for image, _, _ in wrong]
+    height, width = shown[0].shape[:2] if shown else (28, 28)
+    cell_h, cell_w = height + max(2, height // 3), width + max(1, width // 7)  # room for a label, a gap
+    tiles = torch.ones(rows * cell_h, columns * cell_w, *shown[0].shape[2:] if shown else ())  # white between
     figure = Figure(figsize=(columns * 1.2, rows * 1.4))
-    axes = figure.subplots(rows, columns, squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, (image, predicted, true) in zip(axes.flat, wrong, strict=False):
-        ax.imshow(_shown(image).numpy(), cmap="gray", vmin=0, vmax=1)
-        ax.set_title(f"{predicted} (true {true})", fontsize=8, color="crimson")
+    ax = figure.add_axes((0, 0, 1, 0.9))
+    ax.axis("off")
+    for i, (image, (_, predicted, true)) in enumerate(zip(shown, wrong, strict=True)):
+        top, left = (i // columns) * cell_h + cell_h - height, (i % columns) * cell_w
+        tiles[top : top + height, left : left + width] = image
+        label = f"{predicted} (true {true})"  # above the tile: pixel i spans i - 0.5 .. i + 0.5
+        ax.text(left + (width - 1) / 2, top - 0.5, label, ha="center", va="bottom", fontsize=8, color="crimson")
+    ax.imshow(tiles.numpy(), cmap="gray", vmin=0, vmax=1, interpolation="nearest")
     figure.suptitle(f"Misclassified test images: prediction (truth), {len(wrong)} shown")
-    figure.tight_layout()
     return figure
