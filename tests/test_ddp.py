@@ -42,21 +42,20 @@ def test_four_ranks_on_cpu_train_as_one_process_and_writeone_run(one_process: Pa
     assert_trained_as_one_process(run, one_process)
 
 
-def test_three_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_process, tmp_path: Path) -> None:
+def test_two_ranks_evaluate_every_test_image_exactly_once_with_any_batch(one_process, tmp_path: Path) -> None:
     checkpoint = run_folder.last_checkpoint(one_process)
-    # The test set does not divide by 3, nor into batches of 100: evaluation takes any batch on any processes.
-    # One process, in this one (the reference); three, as a user starts them.
+    # An odd batch (99) on 2 ranks, over a test set it does not divide: each batch and the last, partial one
+    # split unevenly, so padding is all over the evaluation. One process, in this one (the reference); two,
+    # as a user starts them.
     single = evaluate(compose_config("eval", tmp_path / "one", [f"ckpt_path={checkpoint}", "data.batch_size=64"]))
-    three_ranks = ["strategy=ddp", "trainer.devices=3", f"hydra.run.dir={tmp_path / 'three'}"]
-    result = run_script("eval.py", f"ckpt_path={checkpoint}", "data.batch_size=100", *three_ranks)
+    two_ranks = ["strategy=ddp", "trainer.devices=2", f"hydra.run.dir={tmp_path / 'two'}"]
+    result = run_script("eval.py", f"ckpt_path={checkpoint}", "data.batch_size=99", *two_ranks)
     assert result.returncode == 0, result.stderr[-3000:]
-    three = json.loads((tmp_path / "three" / "metrics.json").read_text())
-    assert single["test/samples"] == three["test/samples"] == SUITE_DATA["test_size"]
-    assert three["test/acc"] == single["test/acc"]
-    assert three["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)
-    assert {p.name for p in (tmp_path / "three").glob("*.log")} == {
-        f"eval{n}.log" for n in ("", "_ddp_process_1", "_ddp_process_2")
-    }
+    two = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert single["test/samples"] == two["test/samples"] == SUITE_DATA["test_size"]
+    assert two["test/acc"] == single["test/acc"]
+    assert two["test/loss"] == pytest.approx(single["test/loss"], rel=1e-6)
+    assert {p.name for p in (tmp_path / "two").glob("*.log")} == {"eval.log", "eval_ddp_process_1.log"}
 
 
 def test_a_dataloader_that_repeats_samples_under_ddp_is_named_once_with_the_fix(tmp_path: Path) -> None:

@@ -221,24 +221,14 @@ def test_a_resumed_cosine_schedule_follows_the_new_number_of_epochs(tmp_path: Pa
     assert _last(tmp_path)["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.fixture(scope="session")  # computed once a worker: see test_ray.cluster
-def first_epoch_on_two(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return train_like_one_process(
-        tmp_path_factory.mktemp("two"), "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2"
-    )
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("count", [1, 2])
-def test_ddp_run_resumes_on_any_number_of_processes(first_epoch_on_two, one_process, count: int, tmp_path) -> None:
-    """The first epoch on 2 processes, the second on 1 or 2 (ckpt_path=): the single-process run's weights
-    and optimizer state, as if never stopped."""
-    checkpoint = run_folder.last_checkpoint(first_epoch_on_two)
-    assert _last(first_epoch_on_two)["global_step"] == 20
-    if count > 1:
-        run = train_like_one_process(tmp_path, f"ckpt_path={checkpoint}", "strategy=ddp", f"trainer.devices={count}")
-    else:  # one process: this one
-        run = one_process_reference(tmp_path, f"ckpt_path={checkpoint}")
+def test_a_ddp_run_resumes_on_another_number_of_processes(one_process, tmp_path: Path) -> None:
+    """The first epoch on 2 processes, the second on 1 (ckpt_path=): the single-process run's weights and
+    optimizer state, as if never stopped. (On the same 2: tests/test_stopping.py's signal to rank 1 resumes
+    its run so, and the torchrun and streaming tests theirs.)"""
+    first = train_like_one_process(tmp_path / "two", "trainer.max_epochs=1", "strategy=ddp", "trainer.devices=2")
+    assert _last(first)["global_step"] == 20
+    run = one_process_reference(tmp_path / "one", f"ckpt_path={run_folder.last_checkpoint(first)}")  # in this one
     assert_trained_as_one_process(run, one_process)
 
 

@@ -166,9 +166,10 @@ DDP_RUN = [
 
 
 @pytest.mark.slow
-def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(one_process: Path, tmp_path: Path) -> None:
-    """SIGUSR1 to rank 0 at step 5 of 2 ranks: both stop at the next check, save, and the resumed run ends
-    with the uninterrupted single-process run's weights and optimizer state."""
+def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(tmp_path: Path) -> None:
+    """SIGUSR1 to rank 0 at step 5 of 2 ranks: both stop at the next check and save there. (That a DDP run
+    stopped mid-epoch resumes to the uninterrupted run's weights: the signal to rank 1 below, whose stop is
+    mid-epoch too.)"""
     signalled = [
         "+callbacks.signal._target_=faults.SignalAt",
         "+callbacks.signal.step=5",
@@ -182,9 +183,6 @@ def test_ddp_ranks_stop_together_on_a_signal_to_rank_0(one_process: Path, tmp_pa
     assert result.stdout.count("Stopped by SIGUSR1 at step 10 (epoch 0)") == 1  # rank 0's console only
     assert "Stopped by SIGUSR1 at step 10" in (run / "train_ddp_process_1.log").read_text()  # the other rank, too
     assert _last(run)["global_step"] == 10
-    resumed = run_script("train.py", f"resume={run}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert_trained_as_one_process(run, one_process)
 
 
 @pytest.mark.slow
