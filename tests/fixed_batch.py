@@ -1,7 +1,8 @@
 """``python tests/fixed_batch.py [key=value ...] +fixed.out=<file> +fixed.steps=N``: train the task conf/
 composes (the user's, by default) for N steps on one fixed global batch, on as many processes as
 ``trainer.devices`` with ``strategy=ddp`` says, then test on the data module's whole test split, and save
-the weights and the test metrics. The contract test runs it on one process and on two: a module whose loss
+the weights and the test metrics. The contract test runs it on one process (``train``, in its own) and on
+two (this script): a module whose loss
 and metrics are right under DDP ends with the same weights, and a data module whose test loader gives each
 rank its own samples (none repeated, none left out) with the same test metrics.
 
@@ -56,10 +57,11 @@ class FixedBatch(L.LightningDataModule):
 @hydra.main(config_path=str(ROOT / "conf"), config_name="train", **hydra_versions.MAIN)
 def main(cfg: DictConfig) -> None:
     with hydra_versions.allowed(["suite_task.*"]):  # the suite's own task, where the test composes it
-        _train(cfg)
+        train(cfg)
 
 
-def _train(cfg: DictConfig) -> None:
+def train(cfg: DictConfig) -> None:
+    """Train on the fixed batch, test, and save (rank 0) to ``cfg.fixed.out``: in this process on one device."""
     L.seed_everything(cfg.seed, workers=True)
     data = instantiate(cfg.data)
     data.prepare_data()

@@ -27,6 +27,7 @@ from mnistlab.runtime.checkpointing.checkpoint_io import load_checkpoint
 from mnistlab.runtime.run import run_folder
 from mnistlab.tasks import evaluate, train
 
+import fixed_batch
 import processes
 from composing import OWN, SHORT, compose_config
 from fixed_batch import Repeated
@@ -138,19 +139,16 @@ def test_two_ddp_processes_train_and_test_as_one(tmp_path: Path) -> None:
     """The same fixed global batch, on one process and split over two (tests/fixed_batch.py): the same
     weights after a few steps, if the loss is a mean over the batch and nothing else depends on the rank;
     then the same test metrics over the whole test split, if each sample is tested once on either."""
-    saved = {}
-    for devices in (1, 2):
-        out = tmp_path / f"{devices}.pt"
-        command = processes.python(
-            "tests/fixed_batch.py",
-            f"trainer.devices={devices}",
-            f"+fixed.out={out}",
-            "+fixed.steps=5",
-            f"hydra.run.dir={tmp_path / str(devices)}",
-        )
-        result = processes.run(command, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
-        saved[devices] = torch.load(out, weights_only=True)
+    # One process, in this one (the reference); two, as a user starts them (Lightning starts the second).
+    fixed = ["+fixed.steps=5", f"+fixed.out={tmp_path / '1.pt'}", "trainer.devices=1"]
+    fixed_batch.train(compose_config("train", tmp_path / "1", fixed, task=OWN))
+    command = processes.python(
+        "tests/fixed_batch.py", "trainer.devices=2", f"+fixed.out={tmp_path / '2.pt'}", "+fixed.steps=5",
+        f"hydra.run.dir={tmp_path / '2'}",
+    )  # fmt: skip
+    result = processes.run(command, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = {devices: torch.load(tmp_path / f"{devices}.pt", weights_only=True) for devices in (1, 2)}
     for name, value in saved[1]["state_dict"].items():
         if value.is_floating_point():
             weights = saved[2]["state_dict"][name]
