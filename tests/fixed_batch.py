@@ -1,9 +1,8 @@
 """``python tests/fixed_batch.py [key=value ...] +fixed.out=<file> +fixed.steps=N``: train the task conf/
 composes (the user's, by default) for N steps on one fixed global batch, on as many processes as
 ``trainer.devices`` with ``strategy=ddp`` says, then test on the data module's whole test split, and save
-the weights and the test metrics. The contract test runs it on one process (``train``, in its own) and on
-two (this script): a module whose loss
-and metrics are right under DDP ends with the same weights, and a data module whose test loader gives each
+the weights and the test metrics. The contract test runs ``train`` on one process (its own) and this script
+on two: a module whose loss and metrics are right under DDP ends with the same weights, and a data module whose test loader gives each
 rank its own samples (none repeated, none left out) with the same test metrics.
 
 Each rank trains on its share of the batch (rows rank, rank + world, ...), as the template's loaders
@@ -61,7 +60,7 @@ def main(cfg: DictConfig) -> None:
 
 
 def train(cfg: DictConfig) -> None:
-    """Train on the fixed batch, test, and save (rank 0) to ``cfg.fixed.out``: in this process on one device."""
+    """Train on the fixed batch, test, and save (rank 0) to ``cfg.fixed.out``."""
     L.seed_everything(cfg.seed, workers=True)
     data = instantiate(cfg.data)
     data.prepare_data()
